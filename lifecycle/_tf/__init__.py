@@ -1,0 +1,39 @@
+"""The only code in keras-lifecycle that touches TensorFlow/Keras internals.
+
+Everything the rest of the library needs from those internals is re-exported
+here; ``check_compatibility()`` exercises each of them.
+"""
+
+from __future__ import annotations
+
+try:
+    from . import _keras as keras_internals
+    from ._compat import CompatibilityReport, check_compatibility
+    from ._purge import custom_gradient_entries, purge_gradient_registry
+    from ._release import is_released, release
+    from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
+except (ImportError, AttributeError) as exc:  # an internal module or name moved
+    import keras as _keras_pkg
+    import tensorflow as _tf_pkg
+
+    from ..errors import CompatibilityError
+
+    raise CompatibilityError(
+        f"keras-lifecycle cannot work with TensorFlow {_tf_pkg.__version__} and Keras "
+        f"{_keras_pkg.__version__}: importing an internal failed ({exc}). Install the "
+        "versions pinned by keras-lifecycle or upgrade keras-lifecycle."
+    ) from exc
+
+__all__ = [
+    "CompatibilityReport",
+    "check_compatibility",
+    "custom_gradient_entries",
+    "is_released",
+    "keras_internals",
+    "keras_variables",
+    "leaf_nbytes",
+    "leaves",
+    "model_leaves",
+    "purge_gradient_registry",
+    "release",
+]

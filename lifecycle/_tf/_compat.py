@@ -1,0 +1,134 @@
+"""Compatibility self-check of the TensorFlow/Keras internals keras-lifecycle uses.
+
+Each check exercises one internal the way the library uses it. If TensorFlow or
+Keras moves it, the check fails with a ``CompatibilityError`` that names the
+installed versions and the internal, instead of the library silently leaking.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import attrs
+import keras
+import tensorflow as tf
+from tensorflow.python.framework import func_graph as func_graph_lib
+
+from ..errors import CompatibilityError
+from . import _keras, _purge, _release, _resources
+
+
+@attrs.frozen
+class CompatibilityReport:
+    """The outcome of a successful self-check.
+
+    Attributes:
+        tensorflow: Installed TensorFlow version.
+        keras: Installed Keras version.
+        checks: Names of the internals that were exercised, in order.
+    """
+
+    tensorflow: str
+    keras: str
+    checks: tuple[str, ...]
+
+
+def _check_keras_variable_value() -> None:
+    variable = keras.Variable([1.0, 2.0])
+    leaves = list(_resources.leaves(variable))
+    assert len(leaves) == 1 and isinstance(leaves[0], tf.Variable), leaves
+
+
+def _check_release() -> None:
+    variable = tf.Variable(tf.ones([4]))
+    assert _release.release([variable]) == (16, 1)
+    assert _release.is_released(variable), variable.read_value().shape
+
+
+def _check_gradient_registry() -> None:
+    registry = _purge.registry()
+    assert isinstance(registry, dict), type(registry)
+    variable = tf.Variable(tf.ones([3]))
+
+    @tf.custom_gradient
+    def scaled(x):
+        return x * variable, lambda dy, variables=None: (dy, [dy])
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            y = tf.reduce_sum(scaled(tf.ones([3])))
+        return tape.gradient(y, variable)
+
+    before = _purge.custom_gradient_entries()
+    step.get_concrete_function()
+    assert _purge.custom_gradient_entries() > before, "no CustomGradient entry registered"
+    assert _purge.purge_gradient_registry([variable]) >= 1, "entry not matched to its variable"
+
+
+def _check_func_graph() -> None:
+    for name in ("external_captures", "outer_graph"):
+        assert hasattr(func_graph_lib.FuncGraph, name), name
+
+
+def _check_functional_construction() -> None:
+    assert _keras.is_functional_call((1, 2), {}) and not _keras.is_functional_call((), {})
+    assert issubclass(_keras.Functional, keras.Model)
+
+
+_CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
+    ("keras.Variable._value holds the tf.Variable", _check_keras_variable_value),
+    ("AssignVariableOp releases a buffer", _check_release),
+    ("FuncGraph.external_captures/outer_graph", _check_func_graph),
+    ("ops._gradient_registry CustomGradient closures", _check_gradient_registry),
+    ("keras functional construction", _check_functional_construction),
+)
+
+_lock = threading.Lock()
+_report: CompatibilityReport | None = None
+
+
+def check_compatibility() -> CompatibilityReport:
+    """Exercise every TensorFlow/Keras internal keras-lifecycle relies on.
+
+    The result is cached: later calls return it at once. Managed models run
+    this check once, on first use.
+
+    Returns:
+        A :class:`CompatibilityReport` naming the versions and the checks.
+
+    Raises:
+        CompatibilityError: An internal has moved; the message names the
+            installed TensorFlow and Keras versions and the failed check.
+
+    Example:
+        >>> import lifecycle as lc
+        >>> lc.check_compatibility().keras.startswith("3.")
+        True
+    """
+    global _report
+    with _lock:
+        if _report is None:
+            with tf.init_scope():
+                for name, check in _CHECKS:
+                    try:
+                        check()
+                    except Exception as exc:  # any failure means the internal moved
+                        raise incompatible(name, exc) from exc
+            _report = CompatibilityReport(
+                tensorflow=tf.__version__,
+                keras=keras.__version__,
+                checks=tuple(name for name, _ in _CHECKS),
+            )
+        return _report
+
+
+def incompatible(what: str, exc: BaseException) -> CompatibilityError:
+    """A CompatibilityError naming the installed versions and what failed."""
+    return CompatibilityError(
+        f"keras-lifecycle cannot work with TensorFlow {tf.__version__} and Keras "
+        f"{keras.__version__}: the internal check {what!r} failed "
+        f"({type(exc).__name__}: {exc}). Install the versions pinned by "
+        "keras-lifecycle (pip install keras-lifecycle) or upgrade keras-lifecycle."
+    )

@@ -1,0 +1,80 @@
+"""Keras class plumbing: functional construction, class swapping, compiled state.
+
+``keras.Model.__init__`` rewrites ``cls.__bases__`` of any subclass constructed
+with ``(inputs, outputs)`` to inject ``Functional``. Done to ``ManagedModel``, that
+would break every later subclassed ``ManagedModel`` ("Functional.__init__()
+missing 2 required positional arguments"). Instead, a functional construction
+gets an instance of a cached variant class ``(cls, Functional)`` and the bases of
+user classes are never touched.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import keras
+from keras.src.models import model as keras_model_module
+from keras.src.models.functional import Functional
+from keras.src.saving import object_registration
+
+__all__ = [
+    "Functional",
+    "drop_compiled_state",
+    "functional_variant",
+    "is_functional_call",
+    "subclass_variant",
+]
+
+_variants_lock = threading.Lock()
+_variants: dict[tuple[type, ...], type] = {}
+
+
+def is_functional_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether ``Model(*args, **kwargs)`` is a functional construction."""
+    return bool(keras_model_module.functional_init_arguments(args, kwargs))
+
+
+def _variant(bases: tuple[type, ...], like: type) -> type:
+    """A cached class with the given bases that serializes like ``like``."""
+    with _variants_lock:
+        variant = _variants.get(bases)
+        if variant is None:
+            variant = type(
+                like.__name__,
+                bases,
+                {"__module__": like.__module__, "__qualname__": like.__qualname__},
+            )
+            # Saved configs name the class the user knows, so they load back
+            # with the same custom objects as without keras-lifecycle.
+            registered = object_registration.GLOBAL_CUSTOM_NAMES.get(like)
+            if registered is not None:
+                object_registration.GLOBAL_CUSTOM_NAMES[variant] = registered
+            _variants[bases] = variant
+        return variant
+
+
+def functional_variant(cls: type) -> type:
+    """``cls`` with ``Functional`` mixed in, for ``cls(inputs, outputs)``."""
+    if issubclass(cls, Functional):
+        return cls
+    return _variant((cls, Functional), like=cls)
+
+
+def subclass_variant(mixin: type, cls: type) -> type:
+    """``cls`` with ``mixin`` in front, for putting an existing instance under management."""
+    if issubclass(cls, mixin):
+        return cls
+    return _variant((mixin, cls), like=cls)
+
+
+def drop_compiled_state(model: keras.Model) -> None:
+    """Drop the references a compiled model holds to traced functions and training state."""
+    for name in ("train_function", "test_function", "predict_function"):
+        if getattr(model, name, None) is not None:
+            object.__setattr__(model, name, None)
+    for name in ("_compile_loss", "_compile_metrics", "_loss_tracker", "optimizer"):
+        if getattr(model, name, None) is not None:
+            object.__setattr__(model, name, None)
+    if getattr(model, "compiled", False):
+        object.__setattr__(model, "compiled", False)

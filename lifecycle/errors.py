@@ -1,0 +1,70 @@
+"""Exceptions raised by keras-lifecycle.
+
+Every exception derives from :class:`LifecycleError` and from the built-in that
+fits the mistake, so ``except RuntimeError`` keeps working for callers who do not
+know this library::
+
+    LifecycleError(Exception)
+    ├── DisposedError(LifecycleError, RuntimeError)      use after dispose()
+    ├── DisposeInProgressError(LifecycleError, RuntimeError)
+    │                                                    dispose() from inside the model's own call
+    ├── DrainTimeoutError(LifecycleError, TimeoutError)  calls in flight did not finish in time
+    ├── NotAModelError(LifecycleError, TypeError)        manage() of something that is not a Keras model
+    └── CompatibilityError(LifecycleError, RuntimeError) a TensorFlow/Keras internal has moved
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompatibilityError",
+    "DisposeInProgressError",
+    "DisposedError",
+    "DrainTimeoutError",
+    "LifecycleError",
+    "NotAModelError",
+]
+
+
+class LifecycleError(Exception):
+    """Root of every exception raised by keras-lifecycle."""
+
+
+class DisposedError(LifecycleError, RuntimeError):
+    """A disposed model was used: its buffers are gone.
+
+    Raised by every entry point (``model(x)``, ``fit``, ``predict``, ``save``, ...)
+    of a managed model once ``dispose()`` has started.
+    """
+
+
+class DisposeInProgressError(LifecycleError, RuntimeError):
+    """``dispose()`` was called from inside a call to the same model.
+
+    Disposing would wait for the calling thread itself; finish the call first.
+    """
+
+
+class DrainTimeoutError(LifecycleError, TimeoutError):
+    """Calls in flight did not finish within the drain timeout.
+
+    The model is left live and usable; retry ``dispose()`` later or with a longer
+    ``timeout``.
+
+    Attributes:
+        in_flight: How many calls were still running when the wait expired.
+    """
+
+    def __init__(self, message: str, in_flight: int) -> None:
+        super().__init__(message)
+        self.in_flight = in_flight
+
+
+class NotAModelError(LifecycleError, TypeError):
+    """``manage()`` received something that is not a ``keras.Model``."""
+
+
+class CompatibilityError(LifecycleError, RuntimeError):
+    """A TensorFlow or Keras internal that keras-lifecycle relies on has moved.
+
+    The message names the installed versions and the internal that failed.
+    """
