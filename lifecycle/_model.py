@@ -12,7 +12,8 @@ import gc
 import threading
 import time
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 import keras
@@ -275,6 +276,24 @@ class ManagedModel(keras.Model):
                 collect_seconds=time.perf_counter() - released,
             )
             return lifecycle.report
+
+    def compile_from_config(self, config: dict[str, Any]) -> None:
+        """Compile from a saved config, as ``keras.Model.compile_from_config`` does.
+
+        Keras skips this step (with a warning) for models that override
+        ``compile``; the guard ManagedModel puts on ``compile`` changes nothing
+        about it, so a plain managed model loads compiled. A class that really
+        customises ``compile`` keeps Keras's behaviour.
+        """
+        cls = type(self)
+        if cls.compile is not ManagedModel.compile or (
+            super(ManagedModel, cls).compile is not keras.Model.compile
+        ):
+            return super().compile_from_config(config)
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if getattr(self, "optimizer", None) is not None and self.built:
+            self.optimizer.build(self.trainable_variables)
+        return None
 
     def __enter__(self) -> ManagedModel:
         if self._lifecycle.state is not ModelState.LIVE:

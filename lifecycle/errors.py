@@ -5,12 +5,11 @@ fits the mistake, so ``except RuntimeError`` keeps working for callers who do no
 know this library::
 
     LifecycleError(Exception)
-    ├── DisposedError(LifecycleError, RuntimeError)      use after dispose()
-    ├── DisposeInProgressError(LifecycleError, RuntimeError)
-    │                                                    dispose() from inside the model's own call
-    ├── DrainTimeoutError(LifecycleError, TimeoutError)  calls in flight did not finish in time
-    ├── NotAModelError(LifecycleError, TypeError)        manage() of something that is not a Keras model
-    └── CompatibilityError(LifecycleError, RuntimeError) a TensorFlow/Keras internal has moved
+    ├── DisposedError(RuntimeError)           use of a model after dispose()
+    ├── DisposeInProgressError(RuntimeError)  dispose() from inside the model's own call
+    ├── DrainTimeoutError(TimeoutError)       calls in flight did not finish in time
+    ├── NotAModelError(TypeError)             manage() of something that is not a Keras model
+    └── CompatibilityError(RuntimeError)      a TensorFlow/Keras internal has moved
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 _variants_lock = threading.Lock()
-_variants: dict[tuple[type, ...], type] = {}
+_variants: dict[tuple[tuple[type, ...], type], type] = {}
 
 
 def is_functional_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -38,7 +38,7 @@ def is_functional_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 def _variant(bases: tuple[type, ...], like: type) -> type:
     """A cached class with the given bases that serializes like ``like``."""
     with _variants_lock:
-        variant = _variants.get(bases)
+        variant = _variants.get((bases, like))
         if variant is None:
             variant = type(
                 like.__name__,
@@ -50,7 +50,7 @@ def _variant(bases: tuple[type, ...], like: type) -> type:
             registered = object_registration.GLOBAL_CUSTOM_NAMES.get(like)
             if registered is not None:
                 object_registration.GLOBAL_CUSTOM_NAMES[variant] = registered
-            _variants[bases] = variant
+            _variants[bases, like] = variant
         return variant
 
 

@@ -11,6 +11,7 @@ being disposed are deleted, plus entries pinned to Keras's shape-inference
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -48,10 +49,8 @@ def _closure_objects(root: Any) -> Iterator[Any]:
             continue
         if isinstance(obj, types.FunctionType):
             for cell in obj.__closure__ or ():
-                try:
+                with contextlib.suppress(ValueError):  # an empty cell
                     stack.append((cell.cell_contents, depth + 1))
-                except ValueError:  # empty cell
-                    pass
         elif isinstance(obj, (list, tuple, set, frozenset)):
             stack.extend((item, depth + 1) for item in obj)
         elif isinstance(obj, dict):

@@ -37,9 +37,7 @@ def release(variables: Iterable[BaseResourceVariable]) -> tuple[int, int]:
                 empty = empties.get(key)
                 if empty is None:
                     empty = empties[key] = tf.zeros([0], dtype=leaf.dtype)
-                tf.raw_ops.AssignVariableOp(
-                    resource=leaf.handle, value=empty, validate_shape=False
-                )
+                tf.raw_ops.AssignVariableOp(resource=leaf.handle, value=empty, validate_shape=False)
             released_bytes += leaf_nbytes(leaf)
             released += 1
     return released_bytes, released

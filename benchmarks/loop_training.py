@@ -1,0 +1,432 @@
+"""Loop-training benchmark: does memory come back when a model is dropped?
+
+Builds, fits and drops an MLP (Input(784) -> Dense(units) -> Dense(units) ->
+Dense(10), Adam, 2 fit steps on small synthetic numpy data) for ``--cycles``
+cycles, once per way of dropping the model:
+
+    (a) ``del model``
+    (b) ``del model; keras.backend.clear_session(); gc.collect()``
+    (c) ``lc.ManagedModel(inputs, outputs)`` + ``model.dispose()``, then ``del model``
+
+Each variant runs in a fresh child process (this script re-invoked with
+``--variant``), so one variant's leak cannot distort another's numbers. A
+child samples its RSS (psutil) after every cycle and reports:
+
+* RSS growth per cycle: least-squares slope of RSS over the cycles after the
+  first ``--warmup`` ones (allocator and tracing caches settle during warm-up);
+* time per cycle: median wall time of a post-warm-up cycle, build to drop;
+* for (c), the median ``DisposeReport.release_seconds`` (dispose time without
+  the final ``gc.collect()``) and ``bytes_released``.
+
+A last child (``dispose``) measures ``dispose()`` of a wider MLP whose weights
+plus Adam slots hold ``--dispose-mb`` MiB (100 by default): build, fit one step,
+dispose, three times; it reports the median ``release_seconds``.
+
+The parent prints the machine and one table. It exits non-zero if a child
+fails or times out.
+
+Run (from the repository root, with the package and psutil installed)::
+
+    python benchmarks/loop_training.py                         # 2.6M-param MLP, 30 cycles
+    python benchmarks/loop_training.py --cycles 8 --units 512  # quick (`make demo`)
+    python benchmarks/loop_training.py --variants a,c --timeout 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+LOOP_VARIANTS = ("a", "b", "c")
+DISPOSE_VARIANT = "dispose"
+ALL_VARIANTS = (*LOOP_VARIANTS, DISPOSE_VARIANT)
+LABELS = {
+    "a": "(a) del model",
+    "b": "(b) del + clear_session() + gc.collect()",
+    "c": "(c) ManagedModel + dispose()",
+}
+
+INPUT_DIM = 784
+CLASSES = 10
+BATCH_SIZE = 64
+STEPS_PER_CYCLE = 2
+DISPOSE_REPEATS = 3
+# Weights + the two Adam slots (m, v), float32.
+BYTES_PER_PARAM = 4 * 3
+MIB = 1024 * 1024
+RESULT_PREFIX = "RESULT "
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def mlp_params(units: int) -> int:
+    return (INPUT_DIM + 1) * units + (units + 1) * units + (units + 1) * CLASSES
+
+
+def units_for_mib(mib: float) -> int:
+    """Smallest width whose weights + Adam slots hold at least ``mib`` MiB."""
+    params = mib * MIB / BYTES_PER_PARAM
+    b = INPUT_DIM + 2 + CLASSES  # params(u) = u**2 + b*u + CLASSES
+    units = math.ceil((-b + math.sqrt(b * b + 4 * (params - CLASSES))) / 2)
+    return max(units, 1)
+
+
+# --------------------------------------------------------------------------- child
+
+
+def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+    # Imported here so the parent never loads TensorFlow.
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    samples = BATCH_SIZE * STEPS_PER_CYCLE
+    x = rng.standard_normal((samples, INPUT_DIM), dtype=np.float32)
+    y = rng.integers(0, CLASSES, size=samples)
+    if variant == DISPOSE_VARIANT:
+        return measure_dispose(units_for_mib(args.dispose_mb), x[:BATCH_SIZE], y[:BATCH_SIZE])
+    return measure_loop(variant, args.units, args.cycles, args.warmup, x, y)
+
+
+def build_mlp(units: int, managed: bool) -> Any:
+    import keras
+
+    import lifecycle as lc
+
+    inputs = keras.Input((INPUT_DIM,))
+    hidden = keras.layers.Dense(units, activation="relu")(inputs)
+    hidden = keras.layers.Dense(units, activation="relu")(hidden)
+    outputs = keras.layers.Dense(CLASSES)(hidden)
+    model_class = lc.ManagedModel if managed else keras.Model
+    model = model_class(inputs, outputs)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
+def measure_loop(
+    variant: str, units: int, cycles: int, warmup: int, x: Any, y: Any
+) -> dict[str, Any]:
+    import gc
+
+    import keras
+    import psutil
+
+    process = psutil.Process()
+    rss_mib: list[float] = []
+    cycle_seconds: list[float] = []
+    drop_seconds: list[float] = []
+    release_seconds: list[float] = []
+    collect_seconds: list[float] = []
+    bytes_released: list[int] = []
+    rss_start = process.memory_info().rss / MIB
+    for _ in range(cycles):
+        started = time.perf_counter()
+        model = build_mlp(units, managed=variant == "c")
+        model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, verbose=0)
+        fitted = time.perf_counter()
+        if variant == "c":
+            report = model.dispose()
+            release_seconds.append(report.release_seconds)
+            collect_seconds.append(report.collect_seconds)
+            bytes_released.append(report.bytes_released)
+        del model
+        if variant == "b":
+            keras.backend.clear_session()
+            gc.collect()
+        dropped = time.perf_counter()
+        cycle_seconds.append(dropped - started)
+        drop_seconds.append(dropped - fitted)
+        rss_mib.append(process.memory_info().rss / MIB)
+
+    measured = slice(warmup, None)
+    result: dict[str, Any] = {
+        "variant": variant,
+        "rss_start_mib": rss_start,
+        "rss_mib": rss_mib,
+        "growth_mib_per_cycle": slope(rss_mib[measured]),
+        "seconds_per_cycle": statistics.median(cycle_seconds[measured]),
+        "cycle_seconds": cycle_seconds,
+        "drop_ms": 1000 * statistics.median(drop_seconds[measured]),
+    }
+    if variant == "c":
+        result["release_ms"] = 1000 * statistics.median(release_seconds[measured])
+        result["collect_ms"] = 1000 * statistics.median(collect_seconds[measured])
+        result["released_mib"] = statistics.median(bytes_released[measured]) / MIB
+    return result
+
+
+def measure_dispose(units: int, x: Any, y: Any) -> dict[str, Any]:
+    release_seconds: list[float] = []
+    bytes_released: list[int] = []
+    for _ in range(DISPOSE_REPEATS):
+        model = build_mlp(units, managed=True)
+        model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, verbose=0)
+        report = model.dispose()
+        release_seconds.append(report.release_seconds)
+        bytes_released.append(report.bytes_released)
+        del model
+    return {
+        "variant": DISPOSE_VARIANT,
+        "units": units,
+        "params": mlp_params(units),
+        "release_ms": 1000 * statistics.median(release_seconds),
+        "release_ms_all": [1000 * s for s in release_seconds],
+        "released_mib": statistics.median(bytes_released) / MIB,
+    }
+
+
+def slope(values: list[float]) -> float:
+    """Least-squares slope of ``values`` against their index (nan if < 2 values)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    mean_x = (n - 1) / 2
+    mean_y = sum(values) / n
+    covariance = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
+    variance = sum((i - mean_x) ** 2 for i in range(n))
+    return covariance / variance
+
+
+# -------------------------------------------------------------------------- parent
+
+
+@dataclass
+class ChildOutcome:
+    variant: str
+    result: dict[str, Any] | None
+    error: str | None
+    seconds: float
+
+
+def spawn_child(variant: str, args: argparse.Namespace) -> ChildOutcome:
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--variant",
+        variant,
+        "--cycles",
+        str(args.cycles),
+        "--warmup",
+        str(args.warmup),
+        "--units",
+        str(args.units),
+        "--dispose-mb",
+        str(args.dispose_mb),
+    ]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if (REPO_ROOT / "lifecycle" / "__init__.py").is_file():
+        # Benchmark the source tree this script belongs to, installed or not.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+    started = time.perf_counter()
+    try:
+        # On timeout, subprocess.run kills the child before raising.
+        completed = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=args.timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        elapsed = time.perf_counter() - started
+        return ChildOutcome(variant, None, f"timed out after {args.timeout:g} s", elapsed)
+    elapsed = time.perf_counter() - started
+    lines = [ln for ln in completed.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if completed.returncode != 0 or not lines:
+        tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
+        error = f"exit code {completed.returncode}, no result" if not lines else "failed"
+        return ChildOutcome(variant, None, f"{error}\n{tail}", elapsed)
+    return ChildOutcome(variant, json.loads(lines[-1][len(RESULT_PREFIX) :]), None, elapsed)
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def total_ram_gib() -> float:
+    import psutil
+
+    return psutil.virtual_memory().total / 1024**3
+
+
+def version_of(*distributions: str) -> str:
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def describe_run(args: argparse.Namespace) -> list[str]:
+    params = mlp_params(args.units)
+    dispose_units = units_for_mib(args.dispose_mb)
+    dispose_params = mlp_params(dispose_units)
+    return [
+        f"machine:  {cpu_model()}, {os.cpu_count()} cores, {total_ram_gib():.1f} GiB RAM, "
+        f"{platform.system()} {platform.machine()}",
+        f"software: Python {platform.python_version()}, "
+        f"TensorFlow {version_of('tensorflow', 'tensorflow-cpu')}, Keras {version_of('keras')}",
+        f"workload: MLP {INPUT_DIM}-{args.units}-{args.units}-{CLASSES} + Adam, "
+        f"{params:,} params ({params * BYTES_PER_PARAM / MIB:.1f} MiB weights + slots); "
+        f"{args.cycles} cycles, slope and medians over the last {args.cycles - args.warmup} "
+        f"({args.warmup} warm-up); {STEPS_PER_CYCLE} fit steps of batch {BATCH_SIZE} per cycle",
+        f"dispose:  MLP {INPUT_DIM}-{dispose_units}-{dispose_units}-{CLASSES} + Adam, "
+        f"{dispose_params:,} params ({dispose_params * BYTES_PER_PARAM / MIB:.1f} MiB), "
+        f"1 fit step, median of {DISPOSE_REPEATS} disposes",
+    ]
+
+
+def fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:{spec}}{suffix}"
+
+
+def table_rows(outcomes: dict[str, ChildOutcome], dispose_mb: float) -> list[list[str]]:
+    def seconds(variant: str) -> float | None:
+        outcome = outcomes.get(variant)
+        return outcome.result["seconds_per_cycle"] if outcome and outcome.result else None
+
+    rows = []
+    for variant, outcome in outcomes.items():
+        result = outcome.result
+        label = LABELS.get(variant, f"(c) dispose() of a {dispose_mb:g} MiB model")
+        if result is None:
+            rows.append([label, "FAILED", *["-"] * 7])
+            continue
+        time_s = result.get("seconds_per_cycle")
+        vs_b, vs_a = seconds("b"), seconds("a")
+        rows.append(
+            [
+                label,
+                fmt(result.get("growth_mib_per_cycle"), "+.2f"),
+                fmt(time_s, ".3f"),
+                fmt(time_s / vs_b if time_s and vs_b else None, ".2f", "x"),
+                fmt(time_s / vs_a if time_s and vs_a else None, ".2f", "x"),
+                fmt(result.get("drop_ms"), ".1f"),
+                fmt(result.get("release_ms"), ".1f"),
+                fmt(result.get("released_mib"), ".1f"),
+                fmt(result["rss_mib"][-1] if "rss_mib" in result else None, ".0f"),
+            ]
+        )
+    return rows
+
+
+def render_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def run_parent(args: argparse.Namespace) -> int:
+    outcomes: dict[str, ChildOutcome] = {}
+    for variant in args.variants:
+        print(f"running variant {variant} ...", file=sys.stderr, flush=True)
+        outcome = spawn_child(variant, args)
+        status = "ok" if outcome.error is None else "FAILED"
+        print(f"  {status} in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
+        outcomes[variant] = outcome
+
+    header = [
+        "variant",
+        "RSS growth MiB/cycle",
+        "s/cycle",
+        "vs (b)",
+        "vs (a)",
+        "drop ms",
+        "dispose ms",
+        "released MiB",
+        "final RSS MiB",
+    ]
+    print("\n".join(describe_run(args)))
+    print()
+    print(render_table(header, table_rows(outcomes, args.dispose_mb)))
+    print()
+    print("drop ms:    median time from the end of fit() to the model being dropped")
+    print("dispose ms: median DisposeReport.release_seconds (without the final gc.collect())")
+    failed = [o for o in outcomes.values() if o.error is not None]
+    for outcome in failed:
+        print(f"\nvariant {outcome.variant} failed: {outcome.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n", 1)[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--cycles", type=int, default=30, help="build-fit-drop cycles")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=5,
+        help="cycles left out of the slope and medians (clamped to cycles // 3)",
+    )
+    parser.add_argument(
+        "--units", type=int, default=1264, help="hidden width (1264 gives 2.6M params)"
+    )
+    parser.add_argument(
+        "--variants",
+        default=",".join(ALL_VARIANTS),
+        help=f"comma-separated subset of {','.join(ALL_VARIANTS)}",
+    )
+    parser.add_argument(
+        "--dispose-mb",
+        type=float,
+        default=100.0,
+        help="MiB of weights + Adam slots of the model the `dispose` variant disposes",
+    )
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per child")
+    parser.add_argument("--variant", choices=ALL_VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.cycles < 3:
+        parser.error("--cycles must be at least 3")
+    if args.units < 1 or args.dispose_mb <= 0 or args.timeout <= 0:
+        parser.error("--units, --dispose-mb and --timeout must be positive")
+    args.warmup = max(0, min(args.warmup, args.cycles // 3))
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = sorted(set(variants) - set(ALL_VARIANTS))
+    if unknown or not variants:
+        parser.error(f"--variants takes a subset of {','.join(ALL_VARIANTS)}; got {unknown}")
+    args.variants = list(dict.fromkeys(variants))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.variant is not None:
+        result = run_child(args.variant, args)
+        print(RESULT_PREFIX + json.dumps(result), flush=True)
+        return 0
+    return run_parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""Shared fixtures: quiet TensorFlow, fresh Keras state, child-process runner."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_child(code: str, *, timeout: float = 240, env: dict[str, str] | None = None) -> str:
+    """Run Python code in a fresh interpreter; fail the test on a crash or non-zero exit.
+
+    Crashes (segfaults) show as a negative return code, which fails the test
+    with the child's output.
+    """
+    child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+            env=child_env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(
+            f"child timed out after {timeout} s; output so far:\n{exc.stdout}\n{exc.stderr}"
+        )
+    if result.returncode != 0:
+        pytest.fail(
+            f"child exited with {result.returncode}\nstdout:\n{result.stdout}\n"
+            f"stderr:\n{result.stderr[-4000:]}"
+        )
+    return result.stdout
+
+
+@pytest.fixture
+def keras_state():
+    """Reset Keras's global state before a test (as Keras's own tests do)."""
+    import keras
+
+    keras.backend.clear_session()
+    yield

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import lifecycle as lc
+from lifecycle import errors
+
+
+def test_every_error_derives_from_the_root_and_a_builtin():
+    expected = {
+        lc.DisposedError: RuntimeError,
+        lc.DisposeInProgressError: RuntimeError,
+        lc.DrainTimeoutError: TimeoutError,
+        lc.NotAModelError: TypeError,
+        lc.CompatibilityError: RuntimeError,
+    }
+    assert set(expected) | {lc.LifecycleError} == {getattr(errors, name) for name in errors.__all__}
+    for error, builtin in expected.items():
+        assert issubclass(error, lc.LifecycleError) and issubclass(error, builtin)
+
+
+def test_drain_timeout_error_carries_the_count():
+    error = lc.DrainTimeoutError("3 calls", in_flight=3)
+    assert error.in_flight == 3 and "3 calls" in str(error)

@@ -1,0 +1,364 @@
+"""ManagedModel and manage(): construction, dispose, guarded entry points."""
+
+from __future__ import annotations
+
+import threading
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import lifecycle as lc
+from lifecycle import _tf
+
+pytestmark = pytest.mark.usefixtures("keras_state")
+
+X = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+Y = np.random.default_rng(1).normal(size=(64, 4)).astype("float32")
+
+
+def functional(cls=lc.ManagedModel, **kwargs):
+    inputs = keras.Input((8,))
+    hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    hidden = keras.layers.Dropout(0.1)(hidden)
+    return cls(inputs, keras.layers.Dense(4)(hidden), **kwargs)
+
+
+class Subclassed(lc.ManagedModel):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(16, activation="relu")
+        self.out = keras.layers.Dense(4)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def trained(model):
+    model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+    model.fit(X, Y, epochs=1, batch_size=16, verbose=0)
+    return model
+
+
+def read_shape(variable):
+    return tuple(variable.numpy().shape)
+
+
+# --- construction -----------------------------------------------------------
+
+
+def test_both_construction_styles_work_in_any_order():
+    bases = lc.ManagedModel.__bases__
+
+    class First(lc.ManagedModel):
+        def call(self, x):
+            return x * 2.0
+
+    assert First()(np.ones((1, 2))).shape == (1, 2)
+    assert isinstance(functional(), keras.Model)
+
+    class Second(lc.ManagedModel):
+        def call(self, x):
+            return x * 3.0
+
+    assert float(Second()(np.ones((1, 1)))[0, 0]) == 3.0
+    assert isinstance(functional(), lc.ManagedModel)
+    # A user subclass constructed functionally gets Functional too, and a
+    # later subclassed instance of it still works.
+    assert isinstance(functional(Subclassed.__base__), lc.ManagedModel)
+    assert Subclassed()(X[:2]).shape == (2, 4)
+    assert lc.ManagedModel.__bases__ == bases == (keras.Model,)
+
+
+def test_functional_subclass_of_managed_model():
+    class Net(lc.ManagedModel):
+        pass
+
+    model = functional(Net)
+    assert isinstance(model, Net) and model(X[:3]).shape == (3, 4)
+
+    class Later(Net):
+        def call(self, x):
+            return x
+
+    assert Later()(X[:1]).shape == (1, 8)
+
+
+def test_compile_fit_evaluate_predict_save_load_unchanged(tmp_path):
+    model = trained(functional())
+    loss, mae = model.evaluate(X, Y, verbose=0)
+    assert np.isfinite(loss) and np.isfinite(mae)
+    predictions = model.predict(X, verbose=0)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, lc.ManagedModel)
+    np.testing.assert_allclose(loaded.predict(X, verbose=0), predictions, rtol=1e-5, atol=1e-5)
+    loaded.dispose()
+    model.dispose()
+
+
+def test_subclassed_model_trains_and_disposes():
+    model = trained(Subclassed())
+    owned = (model.owned_bytes, model.owned_variables)
+    kernel = model.hidden.kernel
+    report = model.dispose()
+    assert (report.bytes_released, report.variables_released) == owned
+    assert owned[0] > 0 and read_shape(kernel) == (0,)
+
+
+# --- dispose ----------------------------------------------------------------
+
+
+def test_dispose_releases_weights_slots_and_metrics_despite_stray_references():
+    model = trained(functional())
+    kernel = model.layers[1].kernel
+    slots = [v for v in model.optimizer.variables if v.shape == kernel.shape]
+    metric_variables = list(model.metrics_variables)
+    seed_states = [v for v in model.variables if "seed" in v.path]
+    assert len(slots) == 2 and metric_variables and seed_states
+    expected_bytes, expected_count = model.owned_bytes, model.owned_variables
+
+    report = model.dispose()
+
+    assert report.bytes_released == expected_bytes > 0
+    assert report.variables_released == expected_count
+    for variable in [kernel, *slots, *metric_variables, *seed_states]:
+        assert read_shape(variable) == (0,), variable.path
+    assert model.state is lc.ModelState.DISPOSED
+    assert model.owned_bytes == 0 and model.owned_variables == 0
+
+
+def test_dispose_is_idempotent_and_returns_the_same_report():
+    model = trained(functional())
+    first = model.dispose()
+    assert model.dispose() is first
+    assert first.registry_entries_purged >= 1
+    assert first.total_seconds >= first.release_seconds > 0
+
+
+def test_with_block_disposes_on_exit():
+    model = functional()
+    with model as entered:
+        assert entered is model and model.state is lc.ModelState.LIVE
+        model(X[:1])
+    assert model.state is lc.ModelState.DISPOSED
+    with pytest.raises(lc.DisposedError, match="has been disposed"), model:
+        pass
+
+
+def test_dispose_of_a_model_never_built_releases_nothing():
+    model = Subclassed()
+    report = model.dispose()
+    assert (report.bytes_released, report.variables_released) == (0, 0)
+    assert model.state is lc.ModelState.DISPOSED
+
+
+def test_dispose_purges_only_this_models_registry_entries():
+    a, b = trained(functional()), trained(functional())
+    before = _tf.custom_gradient_entries()
+    assert before >= 2
+    purged = a.dispose().registry_entries_purged
+    assert 1 <= purged < before
+    assert _tf.custom_gradient_entries() == before - purged
+    b.dispose()
+
+
+def test_other_model_keeps_training_and_differentiating_after_dispose():
+    a, b = trained(functional()), trained(functional())
+
+    @tf.function
+    def gradients(x, y):
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean((b(x, training=True) - y) ** 2)
+        return tape.gradient(loss, b.trainable_variables)
+
+    before = gradients(X, Y)
+    a.dispose()
+    after = gradients(X, Y)
+    assert all(g is not None for g in after) and len(after) == len(before)
+    weights = [w.numpy().copy() for w in b.trainable_weights]
+    history = b.fit(X, Y, epochs=2, batch_size=16, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    assert any(
+        not np.allclose(w, v.numpy()) for w, v in zip(weights, b.trainable_weights, strict=True)
+    )
+    b.dispose()
+
+
+# --- entry points after dispose -------------------------------------------------
+
+
+ENTRY_POINTS = {
+    "__call__": lambda m, p: m(X[:2]),
+    "fit": lambda m, p: m.fit(X, Y, verbose=0),
+    "evaluate": lambda m, p: m.evaluate(X, Y, verbose=0),
+    "predict": lambda m, p: m.predict(X, verbose=0),
+    "train_on_batch": lambda m, p: m.train_on_batch(X, Y),
+    "test_on_batch": lambda m, p: m.test_on_batch(X, Y),
+    "predict_on_batch": lambda m, p: m.predict_on_batch(X),
+    "save": lambda m, p: m.save(p / "m.keras"),
+    "save_weights": lambda m, p: m.save_weights(p / "m.weights.h5"),
+    "load_weights": lambda m, p: m.load_weights(p / "m.weights.h5"),
+    "get_weights": lambda m, p: m.get_weights(),
+    "set_weights": lambda m, p: m.set_weights([]),
+    "compile": lambda m, p: m.compile(optimizer="sgd", loss="mse"),
+}
+
+
+@pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
+def test_every_entry_point_raises_disposed_error_naming_the_model(entry_point, tmp_path):
+    model = trained(functional(name="risk_model"))
+    model.save_weights(tmp_path / "m.weights.h5")
+    model.dispose()
+    with pytest.raises(lc.DisposedError, match=r"'risk_model' has been disposed.*new model"):
+        ENTRY_POINTS[entry_point](model, tmp_path)
+
+
+# --- manage() ---------------------------------------------------------------------
+
+
+class PlainSubclassed(keras.Model):
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(4)
+
+    def call(self, x):
+        return self.dense(x)
+
+
+MANAGEABLE = {
+    "sequential": lambda: keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)]),
+    "functional": lambda: functional(keras.Model),
+    "subclassed": PlainSubclassed,
+    "application": lambda: keras.applications.MobileNetV2(
+        weights=None, input_shape=(32, 32, 3), classes=4, alpha=0.35
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(MANAGEABLE))
+def test_manage_puts_any_model_under_management_in_place(kind, tmp_path):
+    model = MANAGEABLE[kind]()
+    original_class = type(model)
+    shape = (2, *model.input_shape[1:]) if kind != "subclassed" else (2, 8)
+    data = np.ones(shape, "float32")
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(data, model(data), verbose=0)
+
+    managed = lc.manage(model)
+
+    assert managed is model and isinstance(model, original_class)
+    assert isinstance(model, lc.ManagedModel) and type(model).__name__ == original_class.__name__
+    assert lc.manage(model) is model
+    if kind in ("sequential", "functional"):
+        model.save(tmp_path / "m.keras")
+        reloaded = keras.models.load_model(tmp_path / "m.keras")
+        assert type(reloaded) is original_class
+    kernel = model.trainable_weights[0]
+    report = model.dispose()
+    assert report.bytes_released > 0 and read_shape(kernel) == (0,)
+    with pytest.raises(lc.DisposedError, match="has been disposed"):
+        model(data)
+
+
+@pytest.mark.parametrize("not_a_model", [None, "model", keras.layers.Dense(3), object()])
+def test_manage_rejects_what_is_not_a_keras_model(not_a_model):
+    with pytest.raises(lc.NotAModelError, match=r"manage\(\) takes a keras.Model.*Received"):
+        lc.manage(not_a_model)
+
+
+@pytest.mark.parametrize("timeout", [-1, "1", True])
+def test_bad_timeouts_are_rejected_and_change_nothing(timeout):
+    model = functional()
+    with pytest.raises(ValueError, match="`timeout` must be a number"):
+        model.dispose(timeout=timeout)
+    with pytest.raises(ValueError, match="Received: timeout="):
+        lc.manage(keras.Sequential([keras.Input((2,))]), dispose_timeout=timeout)
+    assert model.state is lc.ModelState.LIVE
+    model.dispose()
+
+
+# --- dispose while calls are in flight ---------------------------------------------
+
+
+def test_dispose_from_inside_own_call_fails_clearly_without_deadlock():
+    model = functional()
+    model.compile(optimizer="sgd", loss="mse")
+    seen = []
+
+    class DisposeOnEpochEnd(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            try:
+                self.model.dispose()
+            except lc.DisposeInProgressError as error:
+                seen.append(str(error))
+
+    model.fit(X, Y, epochs=1, verbose=0, callbacks=[DisposeOnEpochEnd()])
+    assert seen and "from inside a call to the same model" in seen[0]
+    assert model.state is lc.ModelState.LIVE
+    model.predict(X, verbose=0)
+    model.dispose()
+
+
+class Blocking(lc.ManagedModel):
+    """A model whose call blocks until released, to hold a call in flight."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def call(self, x):
+        self.entered.set()
+        self.release.wait(10)
+        return x
+
+
+def test_drain_timeout_names_calls_in_flight_and_leaves_the_model_live():
+    model = Blocking()
+    worker = threading.Thread(target=lambda: model(np.ones((1, 2))))
+    worker.start()
+    model.entered.wait(10)
+    with pytest.raises(lc.DrainTimeoutError, match="1 call\\(s\\) still running") as info:
+        model.dispose(timeout=0.05)
+    assert info.value.in_flight == 1
+    assert model.state is lc.ModelState.LIVE
+    model.release.set()
+    worker.join()
+    assert model(np.ones((1, 2))).shape == (1, 2)
+    assert model.dispose().drain_seconds >= 0
+
+
+def test_dispose_waits_for_a_call_in_flight_and_refuses_new_ones():
+    model = Blocking()
+    worker = threading.Thread(target=lambda: model(np.ones((1, 2))))
+    worker.start()
+    model.entered.wait(10)
+    disposer = threading.Thread(target=model.dispose)
+    disposer.start()
+    while model.state is not lc.ModelState.DISPOSING:
+        pass
+    with pytest.raises(lc.DisposedError, match="is being disposed"):
+        model(np.ones((1, 2)))
+    model.release.set()
+    worker.join()
+    disposer.join()
+    assert model.state is lc.ModelState.DISPOSED
+
+
+# --- serving function -------------------------------------------------------------
+
+
+def test_serving_function_matches_the_model_and_is_guarded():
+    model = functional()
+    serve = lc.serving_function(model, tf.TensorSpec([None, 8], tf.float32))
+    np.testing.assert_allclose(serve(tf.constant(X)), model(X, training=False), rtol=1e-6)
+    model.dispose()
+    with pytest.raises(lc.DisposedError, match="its serving function"):
+        serve(tf.constant(X))
+    with pytest.raises(lc.DisposedError):
+        lc.serving_function(model)
+    with pytest.raises(TypeError, match=r"lc\.manage"):
+        lc.serving_function(keras.Sequential([keras.Input((2,))]))
