@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_child(code: str, *, timeout: float = 240, env: dict[str, str] | None = None) -> str:
+def _run_child(code: str, *, timeout: float = 240, env: dict[str, str] | None = None) -> str:
     """Run Python code in a fresh interpreter; fail the test on a crash or non-zero exit.
 
     Crashes (segfaults) show as a negative return code, which fails the test
@@ -51,3 +51,9 @@ def keras_state():
 
     keras.backend.clear_session()
     yield
+
+
+@pytest.fixture
+def run_child():
+    """Run Python code in a fresh interpreter (see ``_run_child``); returns stdout."""
+    return _run_child

@@ -110,18 +110,36 @@ def check_compatibility() -> CompatibilityReport:
     global _report
     with _lock:
         if _report is None:
-            with tf.init_scope():
-                for name, check in _CHECKS:
-                    try:
-                        check()
-                    except Exception as exc:  # any failure means the internal moved
-                        raise incompatible(name, exc) from exc
+            failure = _run_checks_in_clean_thread()
+            if failure is not None:
+                name, exc = failure
+                raise incompatible(name, exc) from exc
             _report = CompatibilityReport(
                 tensorflow=tf.__version__,
                 keras=keras.__version__,
                 checks=tuple(name for name, _ in _CHECKS),
             )
         return _report
+
+
+def _run_checks_in_clean_thread() -> tuple[str, BaseException] | None:
+    # Strategy scopes, name scopes and Keras's name counters are thread-local:
+    # a thread of its own keeps the caller's context out of the checks and the
+    # checks out of the caller's context.
+    failure: list[tuple[str, BaseException]] = []
+
+    def run() -> None:
+        for name, check in _CHECKS:
+            try:
+                check()
+            except Exception as exc:  # any failure means the internal moved
+                failure.append((name, exc))
+                return
+
+    thread = threading.Thread(target=run, name="lifecycle-self-check")
+    thread.start()
+    thread.join()
+    return failure[0] if failure else None
 
 
 def incompatible(what: str, exc: BaseException) -> CompatibilityError:
