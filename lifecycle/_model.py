@@ -102,11 +102,13 @@ def _describe(model: keras.Model) -> str:
 
 def disposed_error(model: keras.Model, what: str) -> DisposedError:
     """The error raised when ``what`` is attempted on a disposed model."""
-    state = model._lifecycle.state
-    verb = "is being disposed" if state is ModelState.DISPOSING else "has been disposed"
+    if model._lifecycle.state is ModelState.DISPOSING:
+        status = "is being disposed: its variables are being released"
+    else:
+        status = "has been disposed: its variables were released"
     return DisposedError(
-        f"{_describe(model)} {verb}: its variables were released, so {what} cannot "
-        "run. Build or load a new model instead; a disposed model cannot be revived."
+        f"{_describe(model)} {status}, so {what} cannot run. Build or load a new "
+        "model instead; a disposed model cannot be revived."
     )
 
 

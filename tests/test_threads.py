@@ -79,12 +79,12 @@ def test_threads_calling_while_another_disposes_never_crash(path, tmp_path, run_
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     out = run_child(
-        f"import runpy, sys; sys.argv = ['child', {path!r}, '4']; "
+        f"import runpy, sys; sys.argv = ['child', {path!r}, '8']; "
         f"runpy.run_path({str(script)!r}, run_name='__main__')",
         timeout=300,
     )
     totals = json.loads(out.strip().splitlines()[-1])
     assert totals["other"] == [] and totals["wrong"] == 0, totals
-    # Every one of the 16 threads of each of the 4 trials ended on DisposedError.
-    assert totals["disposed"] == 16 * 4
-    assert totals["ok"] >= 20 * 4
+    # Every one of the 16 threads of each of the 8 trials ended on DisposedError.
+    assert totals["disposed"] == 16 * 8
+    assert totals["ok"] >= 20 * 8

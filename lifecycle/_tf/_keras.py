@@ -73,7 +73,13 @@ def drop_compiled_state(model: keras.Model) -> None:
     for name in ("train_function", "test_function", "predict_function"):
         if getattr(model, name, None) is not None:
             object.__setattr__(model, name, None)
-    for name in ("_compile_loss", "_compile_metrics", "_loss_tracker", "optimizer"):
+    for name in (
+        "_compile_loss",
+        "_compile_metrics",
+        "_loss_tracker",
+        "_compile_config",
+        "optimizer",
+    ):
         if getattr(model, name, None) is not None:
             object.__setattr__(model, name, None)
     if getattr(model, "compiled", False):
