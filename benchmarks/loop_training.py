@@ -35,6 +35,7 @@ Run (from the repository root, with the package and psutil installed)::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -46,7 +47,11 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import keras
+    import numpy as np
 
 LOOP_VARIANTS = ("a", "b", "c")
 DISPOSE_VARIANT = "dispose"
@@ -97,7 +102,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     return measure_loop(variant, args.units, args.cycles, args.warmup, x, y)
 
 
-def build_mlp(units: int, managed: bool) -> Any:
+def build_mlp(units: int, *, managed: bool) -> keras.Model:
     import keras
 
     import lifecycle as lc
@@ -116,10 +121,8 @@ def build_mlp(units: int, managed: bool) -> Any:
 
 
 def measure_loop(
-    variant: str, units: int, cycles: int, warmup: int, x: Any, y: Any
+    variant: str, units: int, cycles: int, warmup: int, x: np.ndarray, y: np.ndarray
 ) -> dict[str, Any]:
-    import gc
-
     import keras
     import psutil
 
@@ -167,7 +170,7 @@ def measure_loop(
     return result
 
 
-def measure_dispose(units: int, x: Any, y: Any) -> dict[str, Any]:
+def measure_dispose(units: int, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     release_seconds: list[float] = []
     bytes_released: list[int] = []
     for _ in range(DISPOSE_REPEATS):
@@ -244,8 +247,9 @@ def spawn_child(variant: str, args: argparse.Namespace) -> ChildOutcome:
     lines = [ln for ln in completed.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
     if completed.returncode != 0 or not lines:
         tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
-        error = f"exit code {completed.returncode}, no result" if not lines else "failed"
-        return ChildOutcome(variant, None, f"{error}\n{tail}", elapsed)
+        missing = "" if lines else ", no result line"
+        error = f"exit code {completed.returncode}{missing}\n{tail}"
+        return ChildOutcome(variant, None, error, elapsed)
     return ChildOutcome(variant, json.loads(lines[-1][len(RESULT_PREFIX) :]), None, elapsed)
 
 
