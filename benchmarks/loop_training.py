@@ -192,14 +192,9 @@ def measure_dispose(units: int, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 
 def slope(values: list[float]) -> float:
     """Least-squares slope of ``values`` against their index (nan if < 2 values)."""
-    n = len(values)
-    if n < 2:
+    if len(values) < 2:
         return math.nan
-    mean_x = (n - 1) / 2
-    mean_y = sum(values) / n
-    covariance = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
-    variance = sum((i - mean_x) ** 2 for i in range(n))
-    return covariance / variance
+    return statistics.linear_regression(range(len(values)), values).slope
 
 
 # -------------------------------------------------------------------------- parent
