@@ -1,12 +1,19 @@
 """keras-lifecycle: Keras 3 / TensorFlow models that give their memory back."""
 
+from ._core import CleanerStatistics as CleanerStatistics
+from ._core import CleanupStrategy as CleanupStrategy
 from ._core import ModelState as ModelState
-from ._model import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
-from ._model import DisposeReport as DisposeReport
+from ._core import SessionState as SessionState
 from ._model import ManagedModel as ManagedModel
 from ._model import manage as manage
+from ._record import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
+from ._record import DisposeReport as DisposeReport
 from ._serving import ServingFunction as ServingFunction
 from ._serving import serving_function as serving_function
+from ._session import DEFAULT_PRESSURE_THRESHOLD as DEFAULT_PRESSURE_THRESHOLD
+from ._session import LifecycleSession as LifecycleSession
+from ._session import SessionStatistics as SessionStatistics
+from ._session import current_session as current_session
 from ._tf import CompatibilityReport as CompatibilityReport
 from ._tf import check_compatibility as check_compatibility
 from .errors import CompatibilityError as CompatibilityError
@@ -20,6 +27,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
+    "DEFAULT_PRESSURE_THRESHOLD",
+    "CleanerStatistics",
+    "CleanupStrategy",
     "CompatibilityError",
     "CompatibilityReport",
     "DisposeInProgressError",
@@ -27,11 +37,15 @@ __all__ = [
     "DisposedError",
     "DrainTimeoutError",
     "LifecycleError",
+    "LifecycleSession",
     "ManagedModel",
     "ModelState",
     "NotAModelError",
     "ServingFunction",
+    "SessionState",
+    "SessionStatistics",
     "check_compatibility",
+    "current_session",
     "manage",
     "serving_function",
 ]

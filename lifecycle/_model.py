@@ -3,124 +3,77 @@
 ``dispose()`` runs, in this order: refuse new calls, wait (bounded) for calls in
 flight, release every buffer (mechanism A), purge the gradient-registry entries
 that pin the model (mechanism B), drop references to traced functions, compiled
-state and the optimizer, and run one collection.
+state and the optimizer, and collect (now, or through the session's cleaner).
 """
 
 from __future__ import annotations
 
-import gc
-import threading
-import time
-import weakref
+import enum
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import attrs
 import keras
 
 from . import _tf
-from ._core import CallGate, ModelState
-from .errors import DisposedError, DisposeInProgressError, DrainTimeoutError, NotAModelError
+from ._core import ModelState, check_timeout
+from ._record import _DEFAULT, DEFAULT_DISPOSE_TIMEOUT, DisposeReport, ModelRecord, disposed_error
+from ._session import LifecycleSession, current_session
+from .errors import NotAModelError
 
 __all__ = ["DEFAULT_DISPOSE_TIMEOUT", "DisposeReport", "ManagedModel", "manage"]
 
-#: Seconds ``dispose()`` waits for calls in flight unless told otherwise.
-DEFAULT_DISPOSE_TIMEOUT = 30.0
 
-# Entry points that read or write the model's variables. After dispose() each of
-# them raises DisposedError instead of a TensorFlow shape error or a crash.
-_ENTRY_POINTS = (
-    "__call__",
-    "compile",
-    "evaluate",
-    "export",
-    "fit",
-    "get_weights",
-    "load_weights",
-    "predict",
-    "predict_on_batch",
-    "quantize",
-    "save",
-    "save_weights",
-    "set_weights",
-    "test_on_batch",
-    "train_on_batch",
-)
+class _Refresh(enum.Enum):
+    """When an entry point re-reads the model's buffers (for byte accounting)."""
+
+    ALWAYS = "always"  # may create variables and is not on a per-request path
+    FIRST = "first"  # hot path: only its first outermost call
+    NEVER = "never"  # creates no variables
+
+
+# Entry points that read or write the model's variables. Each is a safe point
+# of the owning session, and after dispose() raises DisposedError instead of a
+# TensorFlow shape error or a crash.
+_ENTRY_POINTS = {
+    "__call__": _Refresh.FIRST,
+    "compile": _Refresh.ALWAYS,
+    "evaluate": _Refresh.ALWAYS,
+    "export": _Refresh.NEVER,
+    "fit": _Refresh.ALWAYS,
+    "get_weights": _Refresh.NEVER,
+    "load_weights": _Refresh.ALWAYS,
+    "predict": _Refresh.ALWAYS,
+    "predict_on_batch": _Refresh.FIRST,
+    "quantize": _Refresh.ALWAYS,
+    "save": _Refresh.NEVER,
+    "save_weights": _Refresh.NEVER,
+    "set_weights": _Refresh.NEVER,
+    "test_on_batch": _Refresh.FIRST,
+    "train_on_batch": _Refresh.FIRST,
+}
 
 _Model = TypeVar("_Model", bound=keras.Model)
 
 
-@attrs.frozen
-class DisposeReport:
-    """What one ``dispose()`` released and how long it took.
-
-    Attributes:
-        model_name: ``model.name`` of the disposed model.
-        bytes_released: Bytes of variable buffers released (by static shape),
-            every replica and shard counted.
-        variables_released: Number of buffers released.
-        registry_entries_purged: Gradient-registry entries deleted because they
-            pinned this model (or Keras's scratch graphs).
-        drain_seconds: Time spent waiting for calls in flight.
-        release_seconds: Time spent releasing, purging and dropping references.
-        collect_seconds: Time spent in the final ``gc.collect()`` (0 if skipped).
-    """
-
-    model_name: str
-    bytes_released: int
-    variables_released: int
-    registry_entries_purged: int
-    drain_seconds: float
-    release_seconds: float
-    collect_seconds: float
-
-    @property
-    def total_seconds(self) -> float:
-        """Drain, release and collection together."""
-        return self.drain_seconds + self.release_seconds + self.collect_seconds
-
-
-@attrs.define(eq=False)
-class _Lifecycle:
-    """Per-model bookkeeping, held by the model as ``_lifecycle``."""
-
-    dispose_timeout: float | None
-    gate: CallGate = attrs.field(factory=CallGate, init=False)
-    # Invariant: state is DISPOSED iff the gate is closed for good; report is
-    # set once the release completed.
-    state: ModelState = attrs.field(default=ModelState.LIVE, init=False)
-    report: DisposeReport | None = attrs.field(default=None, init=False)
-    # Serialises dispose(); never held while a call is in flight on this thread.
-    dispose_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    # Objects holding traced functions of this model; cleared on dispose.
-    dependents: weakref.WeakSet[Any] = attrs.field(factory=weakref.WeakSet, init=False)
-
-
-def _describe(model: keras.Model) -> str:
-    return f"{type(model).__name__} {getattr(model, 'name', '<unnamed>')!r}"
-
-
-def disposed_error(model: keras.Model, what: str) -> DisposedError:
-    """The error raised when ``what`` is attempted on a disposed model."""
-    if model._lifecycle.state is ModelState.DISPOSING:
-        status = "is being disposed: its variables are being released"
-    else:
-        status = "has been disposed: its variables were released"
-    return DisposedError(
-        f"{_describe(model)} {status}, so {what} cannot run. Build or load a new "
-        "model instead; a disposed model cannot be revived."
-    )
-
-
-def _guarded(name: str) -> Callable[..., Any]:
+def _guarded(name: str, refresh: _Refresh) -> Callable[..., Any]:
     def entry_point(self: ManagedModel, *args: Any, **kwargs: Any) -> Any:
-        gate = self._lifecycle.gate
-        if not gate.enter():
+        record: ModelRecord = self._lifecycle
+        depth = record.gate.enter()
+        if not depth:
             raise disposed_error(self, f"`{name}`")
         try:
-            return getattr(super(ManagedModel, self), name)(*args, **kwargs)
+            if depth == 1:
+                record.owner.cleaner.safe_point()
+            result = getattr(super(ManagedModel, self), name)(*args, **kwargs)
+            if depth == 1 and (
+                refresh is _Refresh.ALWAYS
+                or (refresh is _Refresh.FIRST and name not in record.refreshed)
+            ):
+                record.refreshed.add(name)
+                record.refresh(self)
+            return result
         finally:
-            gate.exit()
+            record.gate.exit()
 
     original = getattr(keras.Model, name)
     entry_point.__name__ = name
@@ -133,12 +86,10 @@ def _guarded(name: str) -> Callable[..., Any]:
     return entry_point
 
 
-def _attach(model: keras.Model, dispose_timeout: float | None) -> None:
-    # object.__setattr__: Keras's attribute tracking must not see bookkeeping.
-    object.__setattr__(model, "_lifecycle", _Lifecycle(dispose_timeout))
-
-
-_DEFAULT = object()
+def _adopt(model: keras.Model, session: LifecycleSession | None, timeout: float | None) -> None:
+    owner = session if session is not None else current_session()
+    owner.safe_point()  # creating a managed model is a safe point
+    ModelRecord.attach(model, owner, timeout)
 
 
 @keras.saving.register_keras_serializable(package="lifecycle")
@@ -152,11 +103,11 @@ class ManagedModel(keras.Model):
     optimizer slots, metric state, seed-generator state — even while stray Python
     references remain, and every later call raises :class:`DisposedError`.
 
-    To put an existing model of any class under management, use :func:`manage`.
+    The model belongs to the :class:`LifecycleSession` current when it is
+    created (the default session outside any). Dropped without ``dispose()``, it
+    is cleaned up by that session's cleaner, with a ``ResourceWarning``.
 
-    Attributes:
-        dispose_timeout: Default seconds ``dispose()`` waits for calls in flight
-            (``None`` waits forever). Set it on the class or the instance.
+    To put an existing model of any class under management, use :func:`manage`.
 
     Example:
         >>> import keras, lifecycle as lc
@@ -168,14 +119,21 @@ class ManagedModel(keras.Model):
         <ModelState.DISPOSED: 'disposed'>
     """
 
+    _lifecycle: ModelRecord
+
     def __new__(cls, *args: Any, **kwargs: Any) -> ManagedModel:
         _tf.check_compatibility()
         if _tf.keras_internals.is_functional_call(args, kwargs):
             # Never let keras.Model.__init__ rewrite our bases; see _tf/_keras.py.
             cls = _tf.keras_internals.functional_variant(cls)
         model = super().__new__(cls, *args, **kwargs)
-        _attach(model, DEFAULT_DISPOSE_TIMEOUT)
+        _adopt(model, None, DEFAULT_DISPOSE_TIMEOUT)
         return model
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A functional model has its variables now; a subclassed one, later.
+        self._lifecycle.refresh(self)
 
     @property
     def state(self) -> ModelState:
@@ -183,13 +141,18 @@ class ManagedModel(keras.Model):
         return self._lifecycle.state
 
     @property
+    def session(self) -> LifecycleSession:
+        """The session that owns the model."""
+        return self._lifecycle.owner
+
+    @property
     def dispose_timeout(self) -> float | None:
-        """Default seconds ``dispose()`` waits for calls in flight."""
+        """Default seconds ``dispose()`` waits for calls in flight (``None``: forever)."""
         return self._lifecycle.dispose_timeout
 
     @dispose_timeout.setter
     def dispose_timeout(self, value: float | None) -> None:
-        self._lifecycle.dispose_timeout = _check_timeout(value)
+        self._lifecycle.dispose_timeout = check_timeout(value)
 
     @property
     def owned_variables(self) -> int:
@@ -205,7 +168,7 @@ class ManagedModel(keras.Model):
             return 0
         return sum(_tf.leaf_nbytes(leaf) for leaf in _tf.model_leaves(self))
 
-    def dispose(self, *, timeout: Any = _DEFAULT, collect: bool = True) -> DisposeReport:
+    def dispose(self, *, timeout: Any = _DEFAULT, collect: bool | None = None) -> DisposeReport:
         """Release every buffer the model owns; idempotent.
 
         New calls are refused at once; calls already running on other threads
@@ -214,9 +177,12 @@ class ManagedModel(keras.Model):
 
         Args:
             timeout: Seconds to wait for calls in flight; ``None`` waits forever.
-                Defaults to ``model.dispose_timeout``.
-            collect: Run ``gc.collect()`` at the end so the model's Python-side
-                cycles go at once. Its cost is reported as ``collect_seconds``.
+                Defaults to ``model.dispose_timeout`` (30 s).
+            collect: ``True`` runs ``gc.collect()`` now, so the model's
+                Python-side cycles go at once (its cost is reported as
+                ``collect_seconds``); ``False`` never collects; ``None``
+                (default) leaves it to the session's cleaner, which collects
+                once enough bytes were released, by its strategy.
 
         Returns:
             A frozen :class:`DisposeReport`.
@@ -226,58 +192,14 @@ class ManagedModel(keras.Model):
                 (a callback of its ``fit``, its own ``call``). Nothing changed.
             DrainTimeoutError: Calls in flight did not finish in time. The model
                 is live again, unchanged.
+            ValueError: ``timeout`` is not a number >= 0 or ``None``.
 
         Example:
             >>> report = model.dispose()  # doctest: +SKIP
             >>> report.bytes_released  # doctest: +SKIP
             10485760
         """
-        lifecycle = self._lifecycle
-        timeout = lifecycle.dispose_timeout if timeout is _DEFAULT else _check_timeout(timeout)
-        if lifecycle.gate.held_by_current_thread():
-            raise DisposeInProgressError(
-                f"dispose() of {_describe(self)} was called from inside a call to the same "
-                "model on this thread (for example a callback of its fit()). Disposing "
-                "would wait for itself; dispose after the call returns."
-            )
-        with lifecycle.dispose_lock:
-            if lifecycle.report is not None:
-                return lifecycle.report
-            started = time.perf_counter()
-            lifecycle.state = ModelState.DISPOSING
-            still_running = lifecycle.gate.close(timeout)
-            if still_running:
-                lifecycle.state = ModelState.LIVE
-                raise DrainTimeoutError(
-                    f"dispose() of {_describe(self)} gave up after waiting {timeout} s for "
-                    f"calls in flight: {still_running} call(s) still running. The model is "
-                    "live and unchanged; retry later or pass a longer timeout=.",
-                    in_flight=still_running,
-                )
-            drained = time.perf_counter()
-            # From here on the gate stays closed: the model is unusable even if
-            # a step below fails, and a later dispose() retries the release.
-            lifecycle.state = ModelState.DISPOSED
-            leaves = _tf.model_leaves(self)
-            bytes_released, variables_released = _tf.release(leaves)
-            purged = _tf.purge_gradient_registry(leaves)
-            del leaves
-            _tf.keras_internals.drop_compiled_state(self)
-            for dependent in list(lifecycle.dependents):
-                dependent._drop()
-            released = time.perf_counter()
-            if collect:
-                gc.collect()
-            lifecycle.report = DisposeReport(
-                model_name=self.name,
-                bytes_released=bytes_released,
-                variables_released=variables_released,
-                registry_entries_purged=purged,
-                drain_seconds=drained - started,
-                release_seconds=released - drained,
-                collect_seconds=time.perf_counter() - released,
-            )
-            return lifecycle.report
+        return self._lifecycle.dispose(self, timeout, collect)
 
     def compile_from_config(self, config: dict[str, Any]) -> None:
         """Compile from a saved config, as ``keras.Model.compile_from_config`` does.
@@ -306,26 +228,21 @@ class ManagedModel(keras.Model):
         self.dispose()
 
 
-for _name in _ENTRY_POINTS:
-    setattr(ManagedModel, _name, _guarded(_name))
-del _name
+for _name, _refresh in _ENTRY_POINTS.items():
+    setattr(ManagedModel, _name, _guarded(_name, _refresh))
+del _name, _refresh
 
 
-def _check_timeout(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(
-            f"`timeout` must be a number of seconds >= 0 or None. Received: timeout={value!r}"
-        )
-    return float(value)
-
-
-def manage(model: _Model, *, dispose_timeout: float | None = DEFAULT_DISPOSE_TIMEOUT) -> _Model:
+def manage(
+    model: _Model,
+    *,
+    dispose_timeout: float | None = DEFAULT_DISPOSE_TIMEOUT,
+    session: LifecycleSession | None = None,
+) -> _Model:
     """Put an existing Keras model under management, in place.
 
     Works for any ``keras.Model`` — ``Sequential``, functional, subclassed,
-    ``keras.applications.*`` — without changing how it is defined. The model
+    ``keras.applications`` — without changing how it is defined. The model
     object is returned: it is still an instance of its class (and now also of
     :class:`ManagedModel`), saves and loads as before, and gains ``dispose()``,
     ``state``, ``owned_bytes`` and ``with model:``.
@@ -333,6 +250,7 @@ def manage(model: _Model, *, dispose_timeout: float | None = DEFAULT_DISPOSE_TIM
     Args:
         model: The model to manage. Managing a model twice is a no-op.
         dispose_timeout: Default seconds ``dispose()`` waits for calls in flight.
+        session: The owning session; defaults to the current session.
 
     Returns:
         The same model object.
@@ -340,6 +258,7 @@ def manage(model: _Model, *, dispose_timeout: float | None = DEFAULT_DISPOSE_TIM
     Raises:
         NotAModelError: ``model`` is not a ``keras.Model``.
         ValueError: ``dispose_timeout`` is not a number >= 0 or ``None``.
+        LifecycleError: ``session`` is closed.
 
     Example:
         >>> import keras, lifecycle as lc
@@ -355,11 +274,12 @@ def manage(model: _Model, *, dispose_timeout: float | None = DEFAULT_DISPOSE_TIM
             f"keras.applications model). Received: {type(model).__module__}."
             f"{type(model).__qualname__} object {model!r:.80}"
         )
-    dispose_timeout = _check_timeout(dispose_timeout)
+    dispose_timeout = check_timeout(dispose_timeout, "dispose_timeout")
     if isinstance(model, ManagedModel):
         return model
     _tf.check_compatibility()
     managed_class = _tf.keras_internals.subclass_variant(ManagedModel, type(model))
-    _attach(model, dispose_timeout)
+    _adopt(model, session, dispose_timeout)
     object.__setattr__(model, "__class__", managed_class)
+    model._lifecycle.refresh(model)
     return model

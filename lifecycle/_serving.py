@@ -13,7 +13,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._model import ManagedModel, disposed_error
+from ._model import ManagedModel
+from ._record import disposed_error
 
 
 class ServingFunction:

@@ -53,6 +53,17 @@ def keras_state():
     yield
 
 
+@pytest.fixture(autouse=True)
+def session(request):
+    """Every test owns its models: closing its session disposes what it left live."""
+    import lifecycle as lc
+
+    with lc.LifecycleSession(
+        cleanup=lc.CleanupStrategy.ON_SESSION_CLOSE, name=request.node.name
+    ) as test_session:
+        yield test_session
+
+
 @pytest.fixture
 def run_child():
     """Run Python code in a fresh interpreter (see ``_run_child``); returns stdout."""

@@ -271,7 +271,7 @@ def test_bad_timeouts_are_rejected_and_change_nothing(timeout):
     model = functional()
     with pytest.raises(ValueError, match="`timeout` must be a number"):
         model.dispose(timeout=timeout)
-    with pytest.raises(ValueError, match="Received: timeout="):
+    with pytest.raises(ValueError, match="Received: dispose_timeout="):
         lc.manage(keras.Sequential([keras.Input((2,))]), dispose_timeout=timeout)
     assert model.state is lc.ModelState.LIVE
     model.dispose()

@@ -1,6 +1,19 @@
-"""Pure-Python core: states and the call gate. Imports no TensorFlow."""
+"""Pure-Python core: states, the call gate and the cleaner. Imports no TensorFlow."""
 
+from ._checks import check_timeout as check_timeout
+from ._cleaner import Cleaner as Cleaner
+from ._cleaner import CleanerStatistics as CleanerStatistics
+from ._cleaner import CleanupStrategy as CleanupStrategy
 from ._gate import CallGate as CallGate
 from ._state import ModelState as ModelState
+from ._state import SessionState as SessionState
 
-__all__ = ["CallGate", "ModelState"]
+__all__ = [
+    "CallGate",
+    "Cleaner",
+    "CleanerStatistics",
+    "CleanupStrategy",
+    "ModelState",
+    "SessionState",
+    "check_timeout",
+]

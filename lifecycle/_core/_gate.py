@@ -27,15 +27,20 @@ class CallGate:
         self._active: dict[int, int] = {}
         self._closed = False
 
-    def enter(self) -> bool:
-        """Enter a call; returns False (and enters nothing) if the gate is closed."""
+    def enter(self) -> int:
+        """Enter a call.
+
+        Returns:
+            The calling thread's nesting depth including this call (1 for an
+            outermost call), or 0 — entering nothing — if the gate is closed.
+        """
         ident = threading.get_ident()
         with self._cond:
             depth = self._active.get(ident, 0)
             if self._closed and not depth:
-                return False
+                return 0
             self._active[ident] = depth + 1
-            return True
+            return depth + 1
 
     def exit(self) -> None:
         """Leave a call entered with :meth:`enter`."""

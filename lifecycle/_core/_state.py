@@ -19,3 +19,18 @@ class ModelState(enum.Enum):
     #: Buffers released and references dropped; every entry point raises
     #: ``DisposedError``.
     DISPOSED = "disposed"
+
+
+class SessionState(enum.Enum):
+    """Where a lifecycle session is in its life: ``OPEN -> CLOSING -> CLOSED``.
+
+    A close that cannot finish (a model's calls in flight did not drain in time)
+    returns the session from ``CLOSING`` to ``OPEN``; ``close()`` may be retried.
+    """
+
+    #: Owns models and child sessions; its cleaner runs.
+    OPEN = "open"
+    #: Disposing children and models; adopts nothing new.
+    CLOSING = "closing"
+    #: Everything it owned is disposed and its cleaner is stopped.
+    CLOSED = "closed"

@@ -9,6 +9,7 @@ from __future__ import annotations
 try:
     from . import _keras as keras_internals
     from ._compat import CompatibilityReport, check_compatibility
+    from ._keras import clear_session_preserving_caller_state
     from ._purge import custom_gradient_entries, purge_gradient_registry
     from ._release import is_released, release
     from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
@@ -27,6 +28,7 @@ except (ImportError, AttributeError) as exc:  # an internal module or name moved
 __all__ = [
     "CompatibilityReport",
     "check_compatibility",
+    "clear_session_preserving_caller_state",
     "custom_gradient_entries",
     "is_released",
     "keras_internals",

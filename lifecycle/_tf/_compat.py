@@ -64,7 +64,9 @@ def _check_gradient_registry() -> None:
     before = _purge.custom_gradient_entries()
     step.get_concrete_function()
     assert _purge.custom_gradient_entries() > before, "no CustomGradient entry registered"
-    assert _purge.purge_gradient_registry([variable]) >= 1, "entry not matched to its variable"
+    assert _purge.purge_gradient_registry([variable.handle]) >= 1, (
+        "entry not matched to its variable"
+    )
 
 
 def _check_func_graph() -> None:

@@ -14,12 +14,14 @@ import threading
 from typing import Any
 
 import keras
+from keras.src.backend.common import global_state
 from keras.src.models import model as keras_model_module
 from keras.src.models.functional import Functional
 from keras.src.saving import object_registration
 
 __all__ = [
     "Functional",
+    "clear_session_preserving_caller_state",
     "drop_compiled_state",
     "functional_variant",
     "is_functional_call",
@@ -84,3 +86,26 @@ def drop_compiled_state(model: keras.Model) -> None:
             object.__setattr__(model, name, None)
     if getattr(model, "compiled", False):
         object.__setattr__(model, "compiled", False)
+
+
+# Per-thread Keras state that keras.backend.clear_session() discards: the name
+# counters (layer names) and the name-scope stack. The dtype policy is restored
+# through the public keras.config API.
+_CALLER_STATE = ("object_name_uids", "name_scope_stack")
+
+
+def clear_session_preserving_caller_state() -> None:
+    """``keras.backend.clear_session()``, keeping the caller's dtype policy and names.
+
+    ``clear_session`` resets the global dtype policy (``mixed_float16`` silently
+    becomes ``float32``) and every thread's name counters; it also clears
+    TensorFlow's eager kernel cache and default graph, which is what frees
+    memory. The calling thread's policy, counters and name scopes are put back.
+    """
+    policy = keras.config.dtype_policy()
+    saved = {name: global_state.get_global_attribute(name) for name in _CALLER_STATE}
+    keras.backend.clear_session(free_memory=False)
+    keras.config.set_dtype_policy(policy)
+    for name, value in saved.items():
+        if value is not None:
+            global_state.set_global_attribute(name, value)

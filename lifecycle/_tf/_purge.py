@@ -78,27 +78,26 @@ def _graph_chain(graph: FuncGraph) -> Iterator[FuncGraph]:
         graph = graph.outer_graph
 
 
-def purge_gradient_registry(variables: Iterable[BaseResourceVariable]) -> int:
-    """Delete registry entries that pin the given variables, and scratch entries.
+def purge_gradient_registry(handles: Iterable[Any]) -> int:
+    """Delete registry entries that pin the given resource handles, and scratch entries.
 
     Args:
-        variables: Leaf resource variables of the model being disposed. They are
-            held strongly for the duration of the call, so matching handles by
-            ``id()`` is sound.
+        handles: Handle tensors (``variable.handle``) of the buffers being
+            released. They are held strongly for the duration of the call, so
+            matching them by ``id()`` is sound.
 
     Returns:
         How many entries were deleted.
     """
-    variables = list(variables)
-    handle_ids = {id(v.handle) for v in variables}
-    variable_ids = {id(v) for v in variables}
+    handles = list(handles)
+    handle_ids = {id(handle) for handle in handles}
     entries = registry()
     doomed = []
     for name, entry in list(entries.items()):
         if not name.startswith(_CUSTOM_GRADIENT_PREFIX):
             continue
         graphs, closure_variables = _graphs_of(entry.get("type"))
-        if any(id(v) in variable_ids for v in closure_variables) or any(
+        if any(id(v.handle) in handle_ids for v in closure_variables) or any(
             _pins(graph, handle_ids) for graph in graphs
         ):
             doomed.append(name)

@@ -26,7 +26,7 @@ def test_core_imports_nothing_from_tensorflow_keras_or_tf_layer():
 
 def test_enter_exit_counts_threads_not_depth():
     gate = CallGate()
-    assert gate.enter() and gate.enter()
+    assert (gate.enter(), gate.enter()) == (1, 2)
     assert gate.in_flight() == 1 and gate.held_by_current_thread()
     gate.exit()
     assert gate.held_by_current_thread()
@@ -58,7 +58,7 @@ def test_close_refuses_new_calls_but_lets_a_running_thread_reenter():
     release.set()
     thread.join()
     closer.join()
-    assert results == [True, ("closed", 0)]
+    assert results == [2, ("closed", 0)]
     assert not gate.enter()
 
 
@@ -79,7 +79,7 @@ def test_close_timeout_reopens_and_reports_calls_in_flight():
     while gate.in_flight() < 3:
         pass
     assert gate.close(0.05) == 3
-    assert not gate.closed and gate.enter()
+    assert not gate.closed and gate.enter() == 1
     gate.exit()
     finish.set()
     for thread in threads:

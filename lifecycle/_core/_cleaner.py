@@ -1,0 +1,292 @@
+"""The cleaner: decides *when* deferred cleanup work runs.
+
+Modelled on TensorFlow Java's ``EagerSession.ResourceCleanupStrategy``. Work
+arrives on a queue — from finalizers of models that were dropped without
+``dispose()``, and as collection requests raised by byte pressure — and runs:
+
+* ``IN_BACKGROUND``: on a daemon thread of the cleaner's own;
+* ``ON_SAFE_POINTS``: synchronously, when a call into the library reaches a
+  safe point (the caller may be briefly blocked);
+* ``ON_SESSION_CLOSE``: only when the owning session closes.
+
+Finalizers run inside Python's garbage collector, on whatever thread triggered
+it, possibly while that thread holds arbitrary locks. They therefore only ever
+call :meth:`Cleaner.enqueue`, which takes no lock (``queue.SimpleQueue.put`` is
+reentrant and documented as safe in weakref callbacks).
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+__all__ = ["Cleaner", "CleanerStatistics", "CleanupStrategy"]
+
+logger = logging.getLogger("lifecycle")
+
+
+class CleanupStrategy(enum.Enum):
+    """When a session's deferred cleanup runs (TensorFlow Java's three strategies)."""
+
+    #: A daemon thread of the session's own runs cleanup as soon as work is
+    #: queued, off the callers' threads. Stopped when the session closes. The
+    #: most reliable; the default.
+    IN_BACKGROUND = "in_background"
+    #: No extra thread: cleanup runs synchronously when a call into the library
+    #: reaches a safe point, and may briefly block that caller.
+    ON_SAFE_POINTS = "on_safe_points"
+    #: Nothing is cleaned until the session closes. Only for short sessions.
+    ON_SESSION_CLOSE = "on_session_close"
+
+
+@attrs.frozen
+class CleanerStatistics:
+    """A snapshot of what a cleaner has done.
+
+    Attributes:
+        strategy: The cleanup strategy.
+        queued: Work items waiting to run.
+        tasks_run: Deferred work items run so far (releases of dropped models).
+        task_errors: Work items that raised; each is logged to the ``lifecycle`` logger.
+        collections: Garbage collections the cleaner ran.
+        collection_seconds: Time spent in those collections, in total.
+        max_collection_seconds: The longest of them.
+        bytes_allocated: Buffer bytes that managed models reported allocating.
+        bytes_released: Buffer bytes released by managed models.
+        pressure_bytes: Bytes allocated or released since the last collection:
+            what Python's collector cannot see.
+        pressure_threshold: Pressure that starts a collection (``None``: never).
+    """
+
+    strategy: CleanupStrategy
+    queued: int
+    tasks_run: int
+    task_errors: int
+    collections: int
+    collection_seconds: float
+    max_collection_seconds: float
+    bytes_allocated: int
+    bytes_released: int
+    pressure_bytes: int
+    pressure_threshold: int | None
+
+
+class _Token(enum.Enum):
+    COLLECT = "collect"
+    STOP = "stop"
+
+
+class _Idle:
+    """A marker that the background thread sets once every earlier item has run."""
+
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+
+@attrs.define(eq=False)
+class Cleaner:
+    """Runs deferred cleanup work according to a :class:`CleanupStrategy`.
+
+    Args:
+        strategy: When queued work runs.
+        name: Used for the background thread's name and in log messages.
+        pressure_threshold: Bytes allocated or released (since the last
+            collection) that start a garbage collection; ``None`` disables.
+        collector: The collection to run; ``gc.collect`` unless a test injects
+            its own (the seam that makes strategies testable deterministically).
+    """
+
+    strategy: CleanupStrategy
+    name: str
+    pressure_threshold: int | None
+    collector: Callable[[], Any] = gc.collect
+    # Deferred work: callables, _Token and _Idle items. put() is lock-free.
+    _queue: queue.SimpleQueue[Any] = attrs.field(factory=queue.SimpleQueue, init=False)
+    # Guards the counters below; never taken from a finalizer.
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    # Held while queued work runs, so one thread at a time runs it.
+    _running: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _collect_requested: bool = attrs.field(default=False, init=False)
+    _thread: threading.Thread | None = attrs.field(default=None, init=False)
+    _closed: bool = attrs.field(default=False, init=False)
+    _tasks_run: int = attrs.field(default=0, init=False)
+    _task_errors: int = attrs.field(default=0, init=False)
+    _collections: int = attrs.field(default=0, init=False)
+    _collection_seconds: float = attrs.field(default=0.0, init=False)
+    _max_collection_seconds: float = attrs.field(default=0.0, init=False)
+    _bytes_allocated: int = attrs.field(default=0, init=False)
+    _bytes_released: int = attrs.field(default=0, init=False)
+    _pressure: int = attrs.field(default=0, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.strategy is CleanupStrategy.IN_BACKGROUND:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"lifecycle-cleaner-{self.name}", daemon=True
+            )
+            self._thread.start()
+
+    # -- producers ---------------------------------------------------------------
+
+    def enqueue(self, task: Callable[[], Any]) -> None:
+        """Queue deferred work. Takes no lock: safe from finalizers and weakref callbacks."""
+        self._queue.put(task)
+
+    def note_allocated(self, nbytes: int) -> None:
+        """Count buffer bytes a managed model allocated (pressure)."""
+        self._add_pressure(nbytes, allocated=True)
+
+    def note_released(self, nbytes: int) -> None:
+        """Count buffer bytes a managed model released (pressure)."""
+        self._add_pressure(nbytes, allocated=False)
+
+    def _add_pressure(self, nbytes: int, *, allocated: bool) -> None:
+        if nbytes <= 0:
+            return
+        with self._lock:
+            if allocated:
+                self._bytes_allocated += nbytes
+            else:
+                self._bytes_released += nbytes
+            self._pressure += nbytes
+            threshold = self.pressure_threshold
+            if threshold is None or self._pressure < threshold or self._collect_requested:
+                return
+            self._collect_requested = True
+        if self.strategy is CleanupStrategy.IN_BACKGROUND:
+            self._queue.put(_Token.COLLECT)
+
+    # -- consumers ---------------------------------------------------------------
+
+    def safe_point(self) -> None:
+        """Run pending work now if the strategy is ``ON_SAFE_POINTS`` and work is pending.
+
+        Costs one attribute check when there is nothing to do. If another
+        thread is already running the work, returns at once.
+        """
+        if self.strategy is CleanupStrategy.ON_SAFE_POINTS and (
+            self._collect_requested or not self._queue.empty()
+        ):
+            self.run_pending(block=False)
+
+    def run_pending(self, *, block: bool = True) -> None:
+        """Run a requested collection and every queued item, in the calling thread.
+
+        Args:
+            block: Wait for another thread that is running the work; if False,
+                return at once instead.
+        """
+        if not self._running.acquire(blocking=block):
+            return
+        try:
+            if self._collect_requested:
+                self._collect()
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    return
+                self._run(item)
+        finally:
+            self._running.release()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until the background thread has run everything queued before this call.
+
+        Returns:
+            True once idle. For the other strategies nothing runs by itself:
+            returns whether nothing is queued, without waiting.
+        """
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return self._queue.empty() and not self._collect_requested
+        marker = _Idle()
+        self._queue.put(marker)
+        return marker.event.wait(timeout)
+
+    def close(self) -> None:
+        """Stop the background thread, collect once, and run everything still queued.
+
+        The final collection finds models dropped without ``dispose()`` that no
+        collection has seen yet, so their finalizers queue their release.
+        Safe to call twice.
+        """
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            self._queue.put(_Token.STOP)
+            thread.join()
+        self._closed = True
+        with self._running:
+            self._collect()
+        self.run_pending()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop the background thread without running what is queued (at exit)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            self._queue.put(_Token.STOP)
+            thread.join(timeout)
+
+    def statistics(self) -> CleanerStatistics:
+        """A frozen snapshot of the cleaner's counters."""
+        with self._lock:
+            return CleanerStatistics(
+                strategy=self.strategy,
+                queued=self._queue.qsize(),
+                tasks_run=self._tasks_run,
+                task_errors=self._task_errors,
+                collections=self._collections,
+                collection_seconds=self._collection_seconds,
+                max_collection_seconds=self._max_collection_seconds,
+                bytes_allocated=self._bytes_allocated,
+                bytes_released=self._bytes_released,
+                pressure_bytes=self._pressure,
+                pressure_threshold=self.pressure_threshold,
+            )
+
+    # -- internals ---------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _Token.STOP:
+                return
+            with self._running:
+                self._run(item)
+
+    def _run(self, item: Any) -> None:
+        if item is _Token.COLLECT:
+            if self._collect_requested:
+                self._collect()
+        elif isinstance(item, _Idle):
+            item.event.set()
+        elif item is not _Token.STOP:
+            try:
+                item()
+            except Exception:
+                with self._lock:
+                    self._task_errors += 1
+                logger.exception("cleanup task of cleaner %r failed", self.name)
+            with self._lock:
+                self._tasks_run += 1
+
+    def _collect(self) -> None:
+        with self._lock:
+            self._collect_requested = False
+            self._pressure = 0
+        started = time.perf_counter()
+        self.collector()
+        elapsed = time.perf_counter() - started
+        with self._lock:
+            self._collections += 1
+            self._collection_seconds += elapsed
+            self._max_collection_seconds = max(self._max_collection_seconds, elapsed)

@@ -1,0 +1,249 @@
+"""A managed model's record: its gate, state, owner and the handles it owns.
+
+The record is what outlives the model: the session owns records, not models, and
+the finalizer of a model holds only its record. A record never references its
+model strongly, so it never keeps a dropped model alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import keras
+
+from . import _tf
+from ._core import CallGate, ModelState, check_timeout
+from .errors import DisposedError, DisposeInProgressError, DrainTimeoutError
+
+if TYPE_CHECKING:
+    from ._session import LifecycleSession
+
+__all__ = ["DEFAULT_DISPOSE_TIMEOUT", "DisposeReport", "ModelRecord"]
+
+#: Seconds ``dispose()`` waits for calls in flight unless told otherwise.
+DEFAULT_DISPOSE_TIMEOUT = 30.0
+
+
+@attrs.frozen
+class DisposeReport:
+    """What one ``dispose()`` released and how long it took.
+
+    Attributes:
+        model_name: ``model.name`` of the disposed model.
+        bytes_released: Bytes of variable buffers released (by static shape),
+            every replica and shard counted.
+        variables_released: Number of buffers released.
+        registry_entries_purged: Gradient-registry entries deleted because they
+            pinned this model (or Keras's scratch graphs).
+        drain_seconds: Time spent waiting for calls in flight.
+        release_seconds: Time spent releasing, purging and dropping references.
+        collect_seconds: Time spent in a ``gc.collect()`` run by this dispose
+            (0 when the collection was left to the session's cleaner).
+    """
+
+    model_name: str
+    bytes_released: int
+    variables_released: int
+    registry_entries_purged: int
+    drain_seconds: float
+    release_seconds: float
+    collect_seconds: float
+
+    @property
+    def total_seconds(self) -> float:
+        """Drain, release and collection together."""
+        return self.drain_seconds + self.release_seconds + self.collect_seconds
+
+
+@attrs.define(eq=False)
+class ModelRecord:
+    """Per-model bookkeeping, held by the model as ``_lifecycle`` and by its session."""
+
+    owner: LifecycleSession
+    kind: str
+    dispose_timeout: float | None
+    name: str = attrs.field(default="<unbuilt>", init=False)
+    gate: CallGate = attrs.field(factory=CallGate, init=False)
+    # Invariant: state is DISPOSED iff the gate is closed for good; report is
+    # set once the release completed.
+    state: ModelState = attrs.field(default=ModelState.LIVE, init=False)
+    report: DisposeReport | None = attrs.field(default=None, init=False)
+    # Serialises dispose(); never held while a call is in flight on this thread.
+    dispose_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    # Objects holding traced functions of this model; cleared on dispose.
+    dependents: weakref.WeakSet[Any] = attrs.field(factory=weakref.WeakSet, init=False)
+    # Weak references to the handle tensors of the model's buffers, with their
+    # sizes, as of the last refresh. Weak: the record must never keep buffers
+    # (or the model) alive; a dropped model's pinned handles stay reachable
+    # through the gradient registry, which is exactly what gets purged.
+    handles: list[tuple[weakref.ref[Any], int]] = attrs.field(factory=list, init=False)
+    accounted_bytes: int = attrs.field(default=0, init=False)
+    # Entry points whose first outermost call has refreshed the handles.
+    refreshed: set[str] = attrs.field(factory=set, init=False)
+    _finalizer: weakref.finalize | None = attrs.field(default=None, init=False)
+    _model: weakref.ref[keras.Model] | None = attrs.field(default=None, init=False)
+
+    @classmethod
+    def attach(
+        cls, model: keras.Model, owner: LifecycleSession, dispose_timeout: float | None
+    ) -> ModelRecord:
+        """Create the record of ``model``, owned by ``owner``, with its finalizer."""
+        record = cls(owner=owner, kind=type(model).__name__, dispose_timeout=dispose_timeout)
+        owner.adopt(record)
+        record._model = weakref.ref(model)
+        # The finalizer only queues: it runs inside the garbage collector.
+        record._finalizer = weakref.finalize(model, owner.cleaner.enqueue, record.clean_up)
+        record._finalizer.atexit = False
+        # object.__setattr__: Keras's attribute tracking must not see bookkeeping.
+        object.__setattr__(model, "_lifecycle", record)
+        return record
+
+    def describe(self) -> str:
+        """``"<class> '<name>'"`` for messages."""
+        return f"{self.kind} {self.name!r}"
+
+    # -- accounting ------------------------------------------------------------
+
+    def refresh(self, model: keras.Model) -> None:
+        """Re-read which buffers the model owns and report new bytes as pressure."""
+        self.name = getattr(model, "name", self.name)
+        handles = []
+        total = 0
+        for leaf in _tf.model_leaves(model):
+            nbytes = _tf.leaf_nbytes(leaf)
+            handles.append((weakref.ref(leaf.handle), nbytes))
+            total += nbytes
+        self.handles = handles
+        grown = total - self.accounted_bytes
+        self.accounted_bytes = total
+        self.owner.cleaner.note_allocated(grown)
+
+    # -- dispose ---------------------------------------------------------------
+
+    def dispose(self, model: keras.Model, timeout: Any, collect: bool | None) -> DisposeReport:
+        """The body of ``ManagedModel.dispose()``; see there."""
+        timeout = self.dispose_timeout if timeout is _DEFAULT else check_timeout(timeout)
+        if self.gate.held_by_current_thread():
+            raise DisposeInProgressError(
+                f"dispose() of {self.describe()} was called from inside a call to the same "
+                "model on this thread (for example a callback of its fit()). Disposing "
+                "would wait for itself; dispose after the call returns."
+            )
+        with self.dispose_lock:
+            if self.report is not None:
+                return self.report
+            started = time.perf_counter()
+            self.state = ModelState.DISPOSING
+            still_running = self.gate.close(timeout)
+            if still_running:
+                self.state = ModelState.LIVE
+                raise DrainTimeoutError(
+                    f"dispose() of {self.describe()} gave up after waiting {timeout} s for "
+                    f"calls in flight: {still_running} call(s) still running. The model is "
+                    "live and unchanged; retry later or pass a longer timeout=.",
+                    in_flight=still_running,
+                )
+            drained = time.perf_counter()
+            # From here on the gate stays closed: the model is unusable even if
+            # a step below fails, and a later dispose() retries the release.
+            self.state = ModelState.DISPOSED
+            self.name = model.name
+            leaves = _tf.model_leaves(model)
+            bytes_released, variables_released = _tf.release(leaves)
+            purged = _tf.purge_gradient_registry(leaf.handle for leaf in leaves)
+            del leaves
+            _tf.keras_internals.drop_compiled_state(model)
+            for dependent in list(self.dependents):
+                dependent._drop()
+            self._forget(cleaned=False)
+            released = time.perf_counter()
+            if collect:
+                gc.collect()
+            elif collect is None:
+                # The Python-side garbage of the model is left to the cleaner,
+                # which collects once enough bytes went by.
+                self.owner.cleaner.note_released(bytes_released)
+            self.report = DisposeReport(
+                model_name=self.name,
+                bytes_released=bytes_released,
+                variables_released=variables_released,
+                registry_entries_purged=purged,
+                drain_seconds=drained - started,
+                release_seconds=released - drained,
+                collect_seconds=time.perf_counter() - released,
+            )
+            return self.report
+
+    def dispose_owned(self, timeout: float | None) -> None:
+        """Dispose the model if it is still alive (its session is closing)."""
+        model = self._model() if self._model is not None else None
+        if model is not None:
+            model.dispose(timeout=timeout, collect=False)
+
+    def clean_up(self) -> None:
+        """Release what a model dropped without ``dispose()`` still pins (cleaner task).
+
+        The model is gone, so nothing can be calling it. Its buffers are held
+        only by the gradient-registry entries that captured their handles, and
+        by whoever else still references them (a layer shared with a live
+        model, a stray variable): purging the entries frees the former and
+        leaves the latter alone, as Python would.
+        """
+        with self.dispose_lock:
+            if self.state is not ModelState.LIVE:
+                return
+            self.state = ModelState.DISPOSED
+            started = time.perf_counter()
+            alive = [(handle, n) for ref, n in self.handles if (handle := ref()) is not None]
+            self.handles = []
+            purged = _tf.purge_gradient_registry(handle for handle, _ in alive)
+            released = sum(n for _, n in alive)
+            del alive
+            self._forget(cleaned=True)
+            self.report = DisposeReport(
+                model_name=self.name,
+                bytes_released=released,
+                variables_released=0,
+                registry_entries_purged=purged,
+                drain_seconds=0.0,
+                release_seconds=time.perf_counter() - started,
+                collect_seconds=0.0,
+            )
+            self.owner.cleaner.note_released(released)
+        if self.accounted_bytes:
+            warnings.warn(
+                f"{self.describe()} was garbage-collected without dispose(); session "
+                f"{self.owner.name!r} cleaned up its {self.accounted_bytes} bytes of "
+                "buffers. Call model.dispose() or use `with model:` to release them "
+                "deterministically.",
+                ResourceWarning,
+                stacklevel=1,
+            )
+
+    def _forget(self, *, cleaned: bool) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self.owner.forget(self, cleaned=cleaned)
+
+
+def disposed_error(model: keras.Model, what: str) -> DisposedError:
+    """The error raised when ``what`` is attempted on a disposed model."""
+    record: ModelRecord = model._lifecycle
+    if record.state is ModelState.DISPOSING:
+        status = "is being disposed: its variables are being released"
+    else:
+        status = "has been disposed: its variables were released"
+    return DisposedError(
+        f"{type(model).__name__} {getattr(model, 'name', record.name)!r} {status}, so "
+        f"{what} cannot run. Build or load a new model instead; a disposed model cannot "
+        "be revived."
+    )
+
+
+_DEFAULT: Any = object()
