@@ -257,7 +257,8 @@ def manage(
 
     Raises:
         NotAModelError: ``model`` is not a ``keras.Model``.
-        ValueError: ``dispose_timeout`` is not a number >= 0 or ``None``.
+        ValueError: ``dispose_timeout`` is not a number >= 0 or ``None``, or the
+            model is already managed by another session than ``session``.
         LifecycleError: ``session`` is closed.
 
     Example:
@@ -276,6 +277,12 @@ def manage(
         )
     dispose_timeout = check_timeout(dispose_timeout, "dispose_timeout")
     if isinstance(model, ManagedModel):
+        owner = model._lifecycle.owner
+        if session is not None and session is not owner:
+            raise ValueError(
+                f"{model._lifecycle.describe()} is already owned by LifecycleSession "
+                f"{owner.name!r}; a model has one owner. Received: session={session.name!r}"
+            )
         return model
     _tf.check_compatibility()
     managed_class = _tf.keras_internals.subclass_variant(ManagedModel, type(model))

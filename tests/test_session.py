@@ -1,0 +1,458 @@
+"""Sessions, the three cleanup strategies, the finalizer safety net, byte pressure."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+from typing import ClassVar
+
+import attrs
+import keras
+import numpy as np
+import pytest
+
+import lifecycle as lc
+from lifecycle import _tf
+
+S = lc.CleanupStrategy
+X = np.ones((32, 8), "float32")
+Y = np.ones((32, 2), "float32")
+
+
+def wait_for(predicate, timeout=30.0):
+    """Poll until predicate() is true; fail after timeout (no fixed sleeps)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout} s")
+        time.sleep(0.005)
+
+
+def trained(name=None):
+    inputs = keras.Input((8,))
+    model = lc.ManagedModel(
+        inputs, keras.layers.Dense(2)(keras.layers.Dense(16)(inputs)), name=name
+    )
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(X, Y, epochs=1, batch_size=16, verbose=0)
+    return model
+
+
+def drop(model):
+    """Drop the last reference; return weak references to the model and one buffer's handle."""
+    refs = weakref.ref(model), weakref.ref(model.layers[1].kernel.value.handle)
+    return refs
+
+
+# --- the finalizer safety net, one strategy at a time (deterministic) ---------------
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_in_background_cleans_a_dropped_model_with_no_further_call():
+    with lc.LifecycleSession(cleanup=S.IN_BACKGROUND) as session:
+        model = trained()
+        model_ref, handle_ref = drop(model)
+        entries = _tf.custom_gradient_entries()
+        del model
+        gc.collect()  # the collector finds the dropped model; its finalizer queues
+        assert model_ref() is None  # the finalizer did not keep the model alive
+        # No call into the library from here on: the cleaner thread does the work.
+        wait_for(lambda: _tf.custom_gradient_entries() < entries)
+        wait_for(lambda: (gc.collect(), handle_ref())[1] is None)
+        assert session.statistics().models_cleaned == 1
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_on_safe_points_cleans_only_at_a_safe_point():
+    with lc.LifecycleSession(cleanup=S.ON_SAFE_POINTS) as session:
+        model, other = trained(), trained()
+        model_ref, handle_ref = drop(model)
+        del model
+        gc.collect()
+        assert model_ref() is None
+        assert session.statistics().cleaner.queued == 1
+        gc.collect()
+        assert handle_ref() is not None  # still pinned: nothing ran
+        assert session.statistics().models_cleaned == 0
+        other.predict_on_batch(X)  # entering a call of a managed model is a safe point
+        assert session.statistics().models_cleaned == 1
+        gc.collect()
+        assert handle_ref() is None
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_on_session_close_cleans_only_at_close():
+    session = lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE)
+    with session:
+        model, other = trained(), trained()
+        _, handle_ref = drop(model)
+        del model
+        gc.collect()
+        other.predict_on_batch(X)
+        session.safe_point()
+        trained().dispose()  # creating a model is a safe point too
+        gc.collect()
+        assert handle_ref() is not None
+        assert session.statistics().models_cleaned == 0
+    assert session.statistics().models_cleaned == 1
+    gc.collect()
+    assert handle_ref() is None
+
+
+def test_a_cleaned_model_is_named_in_a_resource_warning():
+    session = lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE)
+    with session:
+        model = trained(name="forgotten_model")
+        del model
+        gc.collect()
+        with pytest.warns(ResourceWarning, match="'forgotten_model' was garbage-collected"):
+            session.close()
+
+
+def test_a_disposed_model_is_not_cleaned_again_and_does_not_warn():
+    with lc.LifecycleSession(cleanup=S.ON_SAFE_POINTS) as session:
+        model = trained()
+        model.dispose()
+        del model
+        gc.collect()
+        session.safe_point()
+        stats = session.statistics()
+        assert (stats.models_disposed, stats.models_cleaned, stats.cleaner.queued) == (1, 0, 0)
+
+
+def test_a_shared_layer_survives_the_cleanup_of_a_dropped_model():
+    shared = keras.layers.Dense(4)
+    keeper_inputs = keras.Input((8,))
+    keeper = keras.Model(keeper_inputs, shared(keeper_inputs))
+    with lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE) as session:
+        inputs = keras.Input((8,))
+        dropped = lc.ManagedModel(inputs, shared(inputs))
+        dropped.compile(optimizer="adam", loss="mse")
+        dropped.fit(X, np.ones((32, 4), "float32"), verbose=0)
+        del dropped
+        gc.collect()
+        with pytest.warns(ResourceWarning):
+            session.close()
+    assert session.statistics().models_cleaned == 1
+    assert keeper.predict_on_batch(X).shape == (32, 4)  # buffers untouched
+
+
+# --- byte pressure -----------------------------------------------------------------
+
+
+def counting_collector(calls):
+    def collect():
+        calls.append(threading.current_thread().name)
+        gc.collect()
+
+    return collect
+
+
+def test_byte_pressure_collects_on_the_cleaner_thread_in_background():
+    calls = []
+    session = lc.LifecycleSession(
+        cleanup=S.IN_BACKGROUND, pressure_threshold=1, collector=counting_collector(calls)
+    )
+    with session:
+        trained().dispose()
+        assert session.cleaner.wait_idle(30)
+        assert calls and all(name.startswith("lifecycle-cleaner-") for name in calls)
+        stats = session.statistics().cleaner
+        assert stats.collections == len(calls) and stats.collection_seconds > 0
+        assert stats.bytes_allocated > 0 and stats.bytes_released > 0
+
+
+def built(name=None):
+    inputs = keras.Input((8,))
+    return lc.ManagedModel(inputs, keras.layers.Dense(2)(inputs), name=name)
+
+
+@pytest.mark.parametrize("strategy", [S.ON_SAFE_POINTS, S.ON_SESSION_CLOSE])
+def test_byte_pressure_waits_for_a_safe_point_or_close(strategy):
+    calls = []
+    session = lc.LifecycleSession(
+        cleanup=strategy, pressure_threshold=1, collector=counting_collector(calls)
+    )
+    with session:
+        model = built()  # allocates its weights: pressure past the threshold
+        assert session.statistics().cleaner.pressure_bytes == model.owned_bytes > 0
+        assert calls == []
+        session.safe_point()
+        expected = [threading.current_thread().name] if strategy is S.ON_SAFE_POINTS else []
+        assert calls == expected
+        assert session.statistics().cleaner.pressure_bytes == (0 if expected else model.owned_bytes)
+        model.dispose()
+    assert len(calls) == len(expected) + 1  # close collects once more
+
+
+def test_below_the_threshold_nothing_is_collected():
+    calls = []
+    with lc.LifecycleSession(
+        cleanup=S.ON_SAFE_POINTS, pressure_threshold=2**40, collector=counting_collector(calls)
+    ) as session:
+        trained().dispose()
+        session.safe_point()
+        assert calls == []
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_end_to_end_dropped_models_are_found_by_pressure_alone():
+    # No seam and no gc.collect() from the test: byte pressure makes the
+    # cleaner collect, the collection finds the dropped models, the cleaner
+    # cleans them up.
+    with lc.LifecycleSession(cleanup=S.IN_BACKGROUND, pressure_threshold=1) as session:
+        entries = _tf.custom_gradient_entries()
+        for _ in range(4):
+            trained()
+        wait_for(lambda: session.statistics().models_cleaned >= 3)
+        assert _tf.custom_gradient_entries() < entries + 4
+        assert session.statistics().cleaner.collections >= 1
+
+
+# --- the session tree ------------------------------------------------------------------
+
+
+class Recording(lc.ManagedModel):
+    order: ClassVar[list[str]] = []
+
+    def call(self, x):
+        return x
+
+    def dispose(self, **kwargs):
+        Recording.order.append(self.name)
+        return super().dispose(**kwargs)
+
+
+def test_close_disposes_children_then_models_in_reverse_order_once():
+    Recording.order = []
+    with lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE, name="parent") as parent:
+        first, second = Recording(name="first"), Recording(name="second")
+        with lc.LifecycleSession(name="closed_early") as closed_early:
+            early = Recording(name="early")
+        assert closed_early.state is lc.SessionState.CLOSED
+        assert Recording.order == ["early"]
+        # A child never entered stays open until its parent closes it.
+        child = lc.LifecycleSession(name="child")
+        in_child = lc.manage(keras.Sequential([keras.layers.Dense(1)]), session=child)
+        third = Recording(name="third")
+    assert Recording.order == ["early", "third", "second", "first"]
+    assert child.state is parent.state is lc.SessionState.CLOSED
+    models = (first, second, third, in_child, early)
+    assert all(m.state is lc.ModelState.DISPOSED for m in models)
+    parent.close()  # a second close is a no-op
+    assert len(Recording.order) == 4
+    assert parent.statistics().models_disposed == 3
+
+
+def test_managing_a_model_owned_by_another_session_is_refused():
+    with lc.LifecycleSession(name="a") as a:
+        model = Recording(name="owned")
+        assert lc.manage(model) is model and lc.manage(model, session=a) is model
+        with pytest.raises(ValueError, match="already owned by LifecycleSession 'a'"):
+            lc.manage(model, session=lc.LifecycleSession(name="b"))
+
+
+def test_models_belong_to_the_current_session_of_their_thread(session):
+    with lc.LifecycleSession() as mine:
+        here = Recording()
+        seen = {}
+
+        def elsewhere():
+            seen["session"] = lc.current_session()
+            seen["model"] = Recording()
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        assert here.session is mine
+        assert seen["session"].name == "default" and seen["model"].session is seen["session"]
+    assert lc.current_session() is session
+    seen["model"].dispose()
+
+
+def test_close_from_another_thread_and_twice():
+    session = lc.LifecycleSession(cleanup=S.ON_SAFE_POINTS)
+    model = lc.manage(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]), session=session)
+    closers = [threading.Thread(target=session.close) for _ in range(3)]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join()
+    assert session.state is lc.SessionState.CLOSED and model.state is lc.ModelState.DISPOSED
+
+
+def test_a_closed_session_owns_nothing_new_and_cannot_be_reentered():
+    session = lc.LifecycleSession()
+    with session:
+        pass
+    with pytest.raises(lc.LifecycleError, match="is closed: it cannot own the new model"):
+        lc.manage(keras.Sequential([keras.layers.Dense(1)]), session=session)
+    with pytest.raises(lc.LifecycleError, match="cannot be entered again"), session:
+        pass
+    with pytest.raises(lc.LifecycleError, match="cannot own the new session"):
+        lc.LifecycleSession(parent=session)
+
+
+def test_a_session_is_single_use_and_detects_misnesting():
+    outer, inner = lc.LifecycleSession(name="outer"), lc.LifecycleSession(name="inner")
+    outer.__enter__()
+    with pytest.raises(lc.LifecycleError, match="single-use"):
+        outer.__enter__()
+    inner.__enter__()
+    with pytest.raises(lc.LifecycleError, match="'outer' exited out of order"):
+        outer.__exit__(None, None, None)
+    inner.__exit__(None, None, None)
+    assert outer.state is inner.state is lc.SessionState.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fragment"),
+    [
+        ({"cleanup": "in_background"}, TypeError, "must be one of CleanupStrategy.IN_BACKGROUND"),
+        ({"pressure_threshold": 0}, ValueError, "Received: pressure_threshold=0"),
+        ({"pressure_threshold": 1.5}, ValueError, "positive number of bytes"),
+        ({"close_timeout": -1}, ValueError, "Received: close_timeout=-1"),
+    ],
+)
+def test_bad_arguments_are_rejected(kwargs, error, fragment):
+    with pytest.raises(error, match=fragment):
+        lc.LifecycleSession(**kwargs)
+
+
+def test_statistics_are_frozen_values():
+    with lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE, name="stats") as session:
+        stats = session.statistics()
+        assert (stats.name, stats.cleanup, stats.state, stats.models) == (
+            "stats",
+            S.ON_SESSION_CLOSE,
+            lc.SessionState.OPEN,
+            0,
+        )
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            stats.models = 3
+
+
+def test_cleanup_strategy_has_exactly_the_three_members():
+    assert [m.name for m in lc.CleanupStrategy] == [
+        "IN_BACKGROUND",
+        "ON_SAFE_POINTS",
+        "ON_SESSION_CLOSE",
+    ]
+
+
+# --- clear_session policy ---------------------------------------------------------------
+
+
+def settle_default_session():
+    gc.collect()
+    lc.current_session().cleaner.run_pending()
+    root = lc._session._root()
+    root.cleaner.wait_idle(30)
+
+
+def test_clear_session_at_close_keeps_dtype_policy_and_names():
+    settle_default_session()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        with lc.LifecycleSession(name="clears") as session:
+            trained().dispose()
+            before = keras.layers.Dense(1).name
+        after = keras.layers.Dense(1).name
+        assert session.statistics().clear_sessions == 1
+        assert keras.config.dtype_policy().name == "mixed_float16"
+        assert int(after.rsplit("_", 1)[1]) == int(before.rsplit("_", 1)[1]) + 1
+    finally:
+        keras.config.set_dtype_policy("float32")
+
+
+def test_clear_session_is_skipped_while_another_managed_model_lives():
+    live = trained()
+    with lc.LifecycleSession() as session:
+        trained().dispose()
+    assert session.statistics().clear_sessions == 0
+    with lc.LifecycleSession(clear_session=True) as forced:
+        pass
+    assert forced.statistics().clear_sessions == 1
+    assert live.predict_on_batch(X).shape == (32, 2)
+    with lc.LifecycleSession(clear_session=False) as never:
+        pass
+    live.dispose()
+    assert never.statistics().clear_sessions == 0
+
+
+# --- threads ----------------------------------------------------------------------------
+
+
+class SlowFit(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.started, self.finish = threading.Event(), threading.Event()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.started.set()
+        self.finish.wait(30)
+
+
+def test_close_while_another_thread_is_in_fit_waits_or_fails_clearly():
+    session = lc.LifecycleSession(cleanup=S.ON_SAFE_POINTS, close_timeout=0.1)
+    with session:
+        model = trained()
+    # The session closed; use a new one for the running-fit case.
+    session = lc.LifecycleSession(cleanup=S.ON_SAFE_POINTS, close_timeout=0.1)
+    model = lc.manage(keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)]), session=session)
+    model.compile(optimizer="sgd", loss="mse")
+    slow = SlowFit()
+    result = {}
+    worker = threading.Thread(
+        target=lambda: result.setdefault("history", model.fit(X, Y, verbose=0, callbacks=[slow]))
+    )
+    worker.start()
+    slow.started.wait(30)
+    with pytest.raises(lc.DrainTimeoutError, match="1 call\\(s\\) still running"):
+        session.close()
+    assert session.state is lc.SessionState.OPEN and model.state is lc.ModelState.LIVE
+    session.close_timeout = None
+    closer = threading.Thread(target=session.close)
+    closer.start()
+    wait_for(lambda: model.state is lc.ModelState.DISPOSING)
+    slow.finish.set()
+    worker.join()
+    closer.join()
+    assert "loss" in result["history"].history  # the running fit completed
+    assert session.state is lc.SessionState.CLOSED and model.state is lc.ModelState.DISPOSED
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_user_threads_and_the_cleaner_thread_together():
+    with lc.LifecycleSession(cleanup=S.IN_BACKGROUND, pressure_threshold=1) as session:
+        errors = []
+
+        def work(index):
+            try:
+                for step in range(3):
+                    # A new thread starts in the default session: name the owner.
+                    plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+                    model = lc.manage(plain, session=session)
+                    model.compile(optimizer="adam", loss="mse")
+                    model.fit(X, Y, verbose=0)
+                    model.predict_on_batch(X)
+                    del plain
+                    if (index + step) % 2:
+                        model.dispose()
+                    del model
+            except Exception as error:  # pragma: no cover - reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        gc.collect()
+        assert session.cleaner.wait_idle(30)
+        stats = session.statistics()
+        assert stats.models_disposed + stats.models_cleaned == 12
+        assert stats.models == 0 and stats.cleaner.task_errors == 0
