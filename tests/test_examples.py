@@ -12,6 +12,7 @@ EXPECTED = {
     "training_loop.py": "fold 2: val loss",
     "serving.py": "clients were refused after dispose",
     "manage_existing.py": "calling it now raises DisposedError",
+    "sessions.py": "units=64: loss",
 }
 
 

@@ -456,3 +456,19 @@ def test_user_threads_and_the_cleaner_thread_together():
         stats = session.statistics()
         assert stats.models_disposed + stats.models_cleaned == 12
         assert stats.models == 0 and stats.cleaner.task_errors == 0
+
+
+def test_freeze_heap_moves_the_warm_heap_out_of_later_collections():
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        with lc.LifecycleSession(freeze_heap=True):
+            assert gc.get_freeze_count() > 0
+            model = built()
+            model.dispose()
+            model_ref = weakref.ref(model)
+            del model
+            gc.collect()
+            assert model_ref() is None  # objects created after the freeze are collected
+    finally:
+        gc.unfreeze()
