@@ -84,6 +84,8 @@ class ModelRecord:
     # through the gradient registry, which is exactly what gets purged.
     handles: list[tuple[weakref.ref[Any], int]] = attrs.field(factory=list, init=False)
     accounted_bytes: int = attrs.field(default=0, init=False)
+    # Guards handles and accounted_bytes against concurrent refreshes.
+    accounting_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     # Entry points whose first outermost call has refreshed the handles.
     refreshed: set[str] = attrs.field(factory=set, init=False)
     _finalizer: weakref.finalize | None = attrs.field(default=None, init=False)
@@ -119,9 +121,10 @@ class ModelRecord:
             nbytes = _tf.leaf_nbytes(leaf)
             handles.append((weakref.ref(leaf.handle), nbytes))
             total += nbytes
-        self.handles = handles
-        grown = total - self.accounted_bytes
-        self.accounted_bytes = total
+        with self.accounting_lock:
+            self.handles = handles
+            grown = total - self.accounted_bytes
+            self.accounted_bytes = total
         self.owner.cleaner.note_allocated(grown)
 
     # -- dispose ---------------------------------------------------------------

@@ -8,7 +8,6 @@ then runs its cleaner one last time.
 
 from __future__ import annotations
 
-import atexit
 import gc
 import itertools
 import threading
@@ -315,7 +314,8 @@ class LifecycleSession:
                 with self._lock:
                     self._state = SessionState.OPEN
                 raise _close_error(self, errors)
-            self._cleaner.close()
+            successor = self.parent.cleaner if self.parent is not None else None
+            self._cleaner.close(successor)
             self._maybe_clear_session()
             with self._lock:
                 self._state = SessionState.CLOSED
@@ -368,7 +368,6 @@ def _root() -> LifecycleSession:
     with _default_lock:
         if _default is None:
             _default = LifecycleSession(name="default", parent=None)
-            atexit.register(_default.cleaner.stop)
         return _default
 
 

@@ -40,6 +40,15 @@ def trained(name=None):
     return model
 
 
+def collect_until(predicate):
+    """gc.collect() until predicate() holds.
+
+    A gc.collect() returns at once while another thread (a cleaner) is
+    collecting, so one call does not guarantee the dropped model was found.
+    """
+    wait_for(lambda: (gc.collect(), predicate())[1])
+
+
 def drop(model):
     """Drop the last reference; return weak references to the model and one buffer's handle."""
     refs = weakref.ref(model), weakref.ref(model.layers[1].kernel.value.handle)
@@ -56,8 +65,9 @@ def test_in_background_cleans_a_dropped_model_with_no_further_call():
         model_ref, handle_ref = drop(model)
         entries = _tf.custom_gradient_entries()
         del model
-        gc.collect()  # the collector finds the dropped model; its finalizer queues
-        assert model_ref() is None  # the finalizer did not keep the model alive
+        # The collector finds the dropped model (the finalizer does not keep it
+        # alive) and its finalizer queues the clean-up.
+        collect_until(lambda: model_ref() is None)
         # No call into the library from here on: the cleaner thread does the work.
         wait_for(lambda: _tf.custom_gradient_entries() < entries)
         wait_for(lambda: (gc.collect(), handle_ref())[1] is None)
@@ -70,16 +80,14 @@ def test_on_safe_points_cleans_only_at_a_safe_point():
         model, other = trained(), trained()
         model_ref, handle_ref = drop(model)
         del model
-        gc.collect()
-        assert model_ref() is None
+        collect_until(lambda: model_ref() is None)
         assert session.statistics().cleaner.queued == 1
         gc.collect()
         assert handle_ref() is not None  # still pinned: nothing ran
         assert session.statistics().models_cleaned == 0
         other.predict_on_batch(X)  # entering a call of a managed model is a safe point
         assert session.statistics().models_cleaned == 1
-        gc.collect()
-        assert handle_ref() is None
+        collect_until(lambda: handle_ref() is None)
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -87,9 +95,9 @@ def test_on_session_close_cleans_only_at_close():
     session = lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE)
     with session:
         model, other = trained(), trained()
-        _, handle_ref = drop(model)
+        model_ref, handle_ref = drop(model)
         del model
-        gc.collect()
+        collect_until(lambda: model_ref() is None)
         other.predict_on_batch(X)
         session.safe_point()
         trained().dispose()  # creating a model is a safe point too
@@ -97,16 +105,16 @@ def test_on_session_close_cleans_only_at_close():
         assert handle_ref() is not None
         assert session.statistics().models_cleaned == 0
     assert session.statistics().models_cleaned == 1
-    gc.collect()
-    assert handle_ref() is None
+    collect_until(lambda: handle_ref() is None)
 
 
 def test_a_cleaned_model_is_named_in_a_resource_warning():
     session = lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE)
     with session:
         model = trained(name="forgotten_model")
+        model_ref = weakref.ref(model)
         del model
-        gc.collect()
+        collect_until(lambda: model_ref() is None)
         with pytest.warns(ResourceWarning, match="'forgotten_model' was garbage-collected"):
             session.close()
 
@@ -131,8 +139,9 @@ def test_a_shared_layer_survives_the_cleanup_of_a_dropped_model():
         dropped = lc.ManagedModel(inputs, shared(inputs))
         dropped.compile(optimizer="adam", loss="mse")
         dropped.fit(X, np.ones((32, 4), "float32"), verbose=0)
+        dropped_ref = weakref.ref(dropped)
         del dropped
-        gc.collect()
+        collect_until(lambda: dropped_ref() is None)
         with pytest.warns(ResourceWarning):
             session.close()
     assert session.statistics().models_cleaned == 1
@@ -451,10 +460,16 @@ def test_user_threads_and_the_cleaner_thread_together():
         for thread in threads:
             thread.join()
         assert errors == []
-        gc.collect()
+
+        def all_released():
+            # gc.collect() returns at once while the cleaner thread collects: retry.
+            gc.collect()
+            stats = session.statistics()
+            return stats.models_disposed + stats.models_cleaned == 12
+
+        wait_for(all_released)
         assert session.cleaner.wait_idle(30)
         stats = session.statistics()
-        assert stats.models_disposed + stats.models_cleaned == 12
         assert stats.models == 0 and stats.cleaner.task_errors == 0
 
 

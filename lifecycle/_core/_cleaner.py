@@ -17,12 +17,14 @@ reentrant and documented as safe in weakref callbacks).
 
 from __future__ import annotations
 
+import atexit
 import enum
 import gc
 import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +81,17 @@ class CleanerStatistics:
     pressure_threshold: int | None
 
 
+# Background cleaners not yet stopped: stopped at interpreter exit, so no cleaner
+# thread is inside TensorFlow while the interpreter tears down.
+_running_cleaners: weakref.WeakSet[Cleaner] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_cleaners() -> None:
+    for cleaner in list(_running_cleaners):
+        cleaner.stop()
+
+
 class _Token(enum.Enum):
     COLLECT = "collect"
     STOP = "stop"
@@ -118,7 +131,8 @@ class Cleaner:
     _running: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _collect_requested: bool = attrs.field(default=False, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
-    _closed: bool = attrs.field(default=False, init=False)
+    # Set by close(): takes the work that arrives afterwards.
+    _successor: Cleaner | None = attrs.field(default=None, init=False)
     _tasks_run: int = attrs.field(default=0, init=False)
     _task_errors: int = attrs.field(default=0, init=False)
     _collections: int = attrs.field(default=0, init=False)
@@ -134,12 +148,20 @@ class Cleaner:
                 target=self._loop, name=f"lifecycle-cleaner-{self.name}", daemon=True
             )
             self._thread.start()
+            _running_cleaners.add(self)
 
     # -- producers ---------------------------------------------------------------
 
     def enqueue(self, task: Callable[[], Any]) -> None:
-        """Queue deferred work. Takes no lock: safe from finalizers and weakref callbacks."""
-        self._queue.put(task)
+        """Queue deferred work. Takes no lock: safe from finalizers and weakref callbacks.
+
+        After :meth:`close`, work goes to the successor given there.
+        """
+        successor = self._successor
+        if successor is None:
+            self._queue.put(task)
+        else:
+            successor.enqueue(task)
 
     def note_allocated(self, nbytes: int) -> None:
         """Count buffer bytes a managed model allocated (pressure)."""
@@ -213,21 +235,28 @@ class Cleaner:
         self._queue.put(marker)
         return marker.event.wait(timeout)
 
-    def close(self) -> None:
+    def close(self, successor: Cleaner | None = None) -> None:
         """Stop the background thread, collect once, and run everything still queued.
 
         The final collection finds models dropped without ``dispose()`` that no
-        collection has seen yet, so their finalizers queue their release.
+        collection has seen yet, so their finalizers queue their release. A
+        ``gc.collect()`` returns at once while another thread collects, so a
+        straggler may still be found later: its work goes to ``successor``.
         Safe to call twice.
+
+        Args:
+            successor: The cleaner that takes work arriving after the close.
         """
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             self._queue.put(_Token.STOP)
             thread.join()
-        self._closed = True
+            _running_cleaners.discard(self)
         with self._running:
             self._collect()
         self.run_pending()
+        self._successor = successor
+        self.run_pending()  # what arrived before the successor took over
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Stop the background thread without running what is queued (at exit)."""
