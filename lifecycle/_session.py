@@ -68,6 +68,21 @@ class SessionStatistics:
     cleaner: CleanerStatistics
 
 
+class _Counter:
+    """A thread-safe integer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, delta: int) -> None:
+        with self._lock:
+            self.value += delta
+
+
+# Managed models owned by any session in the process and not yet disposed or
+# cleaned: the clear_session policy runs only when there are none.
+_live_models = _Counter()
 _names = itertools.count(1)
 _local = threading.local()
 
@@ -237,12 +252,14 @@ class LifecycleSession:
                     "session (or outside any, in the default session)."
                 )
             self._records[id(record)] = record
+        _live_models.add(1)
 
     def forget(self, record: Owned, *, cleaned: bool) -> None:
         """Stop owning a record whose model was disposed (or cleaned, if ``cleaned``)."""
         with self._lock:
             if self._records.pop(id(record), None) is None:
                 return
+            _live_models.add(-1)
             if cleaned:
                 self._models_cleaned += 1
             else:
@@ -260,13 +277,6 @@ class LifecycleSession:
     def _forget_child(self, child: LifecycleSession) -> None:
         with self._lock:
             self._children.pop(id(child), None)
-
-    def live_models(self) -> int:
-        """Models owned by this session and every session below it."""
-        with self._lock:
-            children = list(self._children.values())
-            count = len(self._records)
-        return count + sum(child.live_models() for child in children)
 
     def safe_point(self) -> None:
         """A safe point: under ``ON_SAFE_POINTS``, run pending cleanup now.
@@ -325,7 +335,7 @@ class LifecycleSession:
     def _maybe_clear_session(self) -> None:
         if self.clear_session is False:
             return
-        if self.clear_session is None and _root().live_models() > 0:
+        if self.clear_session is None and _live_models.value > 0:
             return
         _tf.clear_session_preserving_caller_state()
         with self._lock:
