@@ -14,7 +14,8 @@ child samples its RSS (psutil) after every cycle and reports:
 
 * RSS growth per cycle: least-squares slope of RSS over the cycles after the
   first ``--warmup`` ones (allocator and tracing caches settle during warm-up);
-* time per cycle: median wall time of a post-warm-up cycle, build to drop;
+* time per cycle: mean wall time of a post-warm-up cycle, build to drop (the
+  mean, so that a collection that runs every few cycles is paid in full);
 * for (c), the median ``DisposeReport.release_seconds`` (dispose time without
   the final ``gc.collect()``) and ``bytes_released``.
 
@@ -159,9 +160,9 @@ def measure_loop(
         "rss_start_mib": rss_start,
         "rss_mib": rss_mib,
         "growth_mib_per_cycle": slope(rss_mib[measured]),
-        "seconds_per_cycle": statistics.median(cycle_seconds[measured]),
+        "seconds_per_cycle": statistics.fmean(cycle_seconds[measured]),
         "cycle_seconds": cycle_seconds,
-        "drop_ms": 1000 * statistics.median(drop_seconds[measured]),
+        "drop_ms": 1000 * statistics.fmean(drop_seconds[measured]),
     }
     if variant == "c":
         result["release_ms"] = 1000 * statistics.median(release_seconds[measured])
@@ -284,7 +285,7 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"TensorFlow {version_of('tensorflow', 'tensorflow-cpu')}, Keras {version_of('keras')}",
         f"workload: MLP {INPUT_DIM}-{args.units}-{args.units}-{CLASSES} + Adam, "
         f"{params:,} params ({params * BYTES_PER_PARAM / MIB:.1f} MiB weights + slots); "
-        f"{args.cycles} cycles, slope and medians over the last {args.cycles - args.warmup} "
+        f"{args.cycles} cycles, slope and means over the last {args.cycles - args.warmup} "
         f"({args.warmup} warm-up); {STEPS_PER_CYCLE} fit steps of batch {BATCH_SIZE} per cycle",
         f"dispose:  MLP {INPUT_DIM}-{dispose_units}-{dispose_units}-{CLASSES} + Adam, "
         f"{dispose_params:,} params ({dispose_params * BYTES_PER_PARAM / MIB:.1f} MiB), "
@@ -364,8 +365,8 @@ def run_parent(args: argparse.Namespace) -> int:
     print()
     print(render_table(header, table_rows(outcomes, args.dispose_mb)))
     print()
-    print("drop ms:    median time from the end of fit() to the model being dropped")
-    print("dispose ms: median DisposeReport.release_seconds (without the final gc.collect())")
+    print("drop ms:    mean time from the end of fit() to the model being dropped")
+    print("dispose ms: median DisposeReport.release_seconds (release, purge, drop references)")
     failed = [o for o in outcomes.values() if o.error is not None]
     for outcome in failed:
         print(f"\nvariant {outcome.variant} failed: {outcome.error}", file=sys.stderr)

@@ -30,3 +30,21 @@ def test_loop_benchmark_prints_one_row_per_variant():
     assert "(c) dispose() of a 1 MiB model" in rows
     # The managed row shows the megabytes it released, not a dash.
     assert rows["(c) ManagedModel + dispose()"].split()[-2] != "-"
+
+
+@pytest.mark.subprocess
+def test_cleaner_benchmark_prints_latency_rows():
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "cleaner.py"),
+            *("--seconds", "3", "--variants", "naive,bg", "--timeout", "240"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("naive", "bg"))]
+    assert [row.split(":")[0] for row in rows[:2]] == ["naive", "bg"]
+    assert all("FAILED" not in row for row in rows)
