@@ -8,6 +8,10 @@ from ._model import ManagedModel as ManagedModel
 from ._model import manage as manage
 from ._record import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
 from ._record import DisposeReport as DisposeReport
+from ._registry import ModelRegistry as ModelRegistry
+from ._registry import SwapPolicy as SwapPolicy
+from ._registry import VersionState as VersionState
+from ._registry import VersionStatus as VersionStatus
 from ._serving import ServingFunction as ServingFunction
 from ._serving import serving_function as serving_function
 from ._session import DEFAULT_PRESSURE_THRESHOLD as DEFAULT_PRESSURE_THRESHOLD
@@ -16,18 +20,23 @@ from ._session import SessionStatistics as SessionStatistics
 from ._session import current_session as current_session
 from ._tf import CompatibilityReport as CompatibilityReport
 from ._tf import check_compatibility as check_compatibility
+from .errors import BudgetExceededError as BudgetExceededError
 from .errors import CompatibilityError as CompatibilityError
 from .errors import DisposedError as DisposedError
 from .errors import DisposeInProgressError as DisposeInProgressError
 from .errors import DrainTimeoutError as DrainTimeoutError
 from .errors import LifecycleError as LifecycleError
+from .errors import LoadError as LoadError
 from .errors import NotAModelError as NotAModelError
+from .errors import UnavailableError as UnavailableError
+from .errors import UnknownModelError as UnknownModelError
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
     "DEFAULT_PRESSURE_THRESHOLD",
+    "BudgetExceededError",
     "CleanerStatistics",
     "CleanupStrategy",
     "CompatibilityError",
@@ -38,12 +47,19 @@ __all__ = [
     "DrainTimeoutError",
     "LifecycleError",
     "LifecycleSession",
+    "LoadError",
     "ManagedModel",
+    "ModelRegistry",
     "ModelState",
     "NotAModelError",
     "ServingFunction",
     "SessionState",
     "SessionStatistics",
+    "SwapPolicy",
+    "UnavailableError",
+    "UnknownModelError",
+    "VersionState",
+    "VersionStatus",
     "check_compatibility",
     "current_session",
     "manage",

@@ -8,10 +8,11 @@ then runs its cleaner one last time.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import attrs
@@ -225,6 +226,41 @@ class LifecycleSession:
             )
         stack.pop()
         self.close()
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[LifecycleSession]:
+        """Make the session current in this thread for a block, without closing it.
+
+        Unlike ``with session:``, this may be used any number of times and from
+        any thread: worker threads use it to create models in a session that
+        another thread opened.
+
+        Raises:
+            LifecycleError: The session is closing or closed.
+
+        Example:
+            >>> import threading, lifecycle as lc
+            >>> with lc.LifecycleSession(name="shared") as session:
+            ...     def work():
+            ...         with session.activate():
+            ...             assert lc.current_session() is session
+            ...     threading.Thread(target=work).start()
+        """
+        if self._state is not SessionState.OPEN:
+            raise LifecycleError(
+                f"LifecycleSession {self.name!r} is {self._state.value} and cannot be "
+                "activated; create a new session."
+            )
+        stack = _stack()
+        stack.append(self)
+        try:
+            yield self
+        finally:
+            # Remove this activation, wherever later ones left the stack.
+            for index in range(len(stack) - 1, -1, -1):
+                if stack[index] is self:
+                    del stack[index]
+                    break
 
     # -- ownership ------------------------------------------------------------------
 

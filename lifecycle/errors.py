@@ -9,18 +9,26 @@ know this library::
     ├── DisposeInProgressError(RuntimeError)  dispose() from inside the model's own call
     ├── DrainTimeoutError(TimeoutError)       calls in flight did not finish in time
     ├── NotAModelError(TypeError)             manage() of something that is not a Keras model
-    └── CompatibilityError(RuntimeError)      a TensorFlow/Keras internal has moved
+    ├── CompatibilityError(RuntimeError)      a TensorFlow/Keras internal has moved
+    ├── UnknownModelError(LookupError)        a registry name, version or label that is not loaded
+    ├── LoadError(RuntimeError)               a registry load failed (factory, file, warm-up)
+    ├── BudgetExceededError(MemoryError)      a load cannot fit the registry's budget
+    └── UnavailableError(TimeoutError)        no routable version appeared within the wait
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BudgetExceededError",
     "CompatibilityError",
     "DisposeInProgressError",
     "DisposedError",
     "DrainTimeoutError",
     "LifecycleError",
+    "LoadError",
     "NotAModelError",
+    "UnavailableError",
+    "UnknownModelError",
 ]
 
 
@@ -67,3 +75,25 @@ class CompatibilityError(LifecycleError, RuntimeError):
 
     The message names the installed versions and the internal that failed.
     """
+
+
+class UnknownModelError(LifecycleError, LookupError):
+    """A registry name, version or label that is not loaded (or not routable)."""
+
+
+class LoadError(LifecycleError, RuntimeError):
+    """A registry load failed; the partial model was disposed, nothing else changed.
+
+    The original exception is the ``__cause__``.
+    """
+
+
+class BudgetExceededError(LifecycleError, MemoryError):
+    """A load cannot fit the registry's memory budget or version cap.
+
+    Nothing changed: no version was evicted and the new one was not kept.
+    """
+
+
+class UnavailableError(LifecycleError, TimeoutError):
+    """No routable version of a model appeared within the wait (a swap gap)."""

@@ -10,6 +10,7 @@ try:
     from . import _keras as keras_internals
     from ._compat import CompatibilityReport, check_compatibility
     from ._keras import clear_session_preserving_caller_state
+    from ._naming import isolated_names
     from ._purge import custom_gradient_entries, purge_gradient_registry
     from ._release import is_released, release
     from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
@@ -31,6 +32,7 @@ __all__ = [
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
     "is_released",
+    "isolated_names",
     "keras_internals",
     "keras_variables",
     "leaf_nbytes",
