@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from . import _tf
 from ._core import CleanupStrategy, check_timeout
-from ._core._routing import check_weights, pick
+from ._core._routing import check_key, check_weights, pick
 from ._model import ManagedModel, manage
 from ._serving import ServingFunction, serving_function
 from ._session import LifecycleSession
@@ -481,6 +481,8 @@ class ModelRegistry:
             self._release(loaded)
 
     def _acquire(self, name: str, version: int | None, label: str | None, key: Any) -> _Version:
+        if key is not None:
+            check_key(key)
         self._session.safe_point()
         deadline = None
         with self._cond:
@@ -530,9 +532,10 @@ class ModelRegistry:
         loaded = entry.versions.get(target) if target is not None else None
         if loaded is not None and loaded.state is VersionState.READY:
             return loaded
-        if version is not None and loaded is None and (name, version) not in self._loading:
+        if version is not None and (name, version) not in self._loading:
+            # An explicit version is waited for only while it loads.
             raise UnknownModelError(
-                f"{name!r} has no version {version}. Loaded: {sorted(entry.versions)}"
+                f"{name!r} has no version {version} ready to serve. Ready: {_ready(entry)}"
             )
         return None
 

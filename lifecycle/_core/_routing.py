@@ -12,7 +12,7 @@ import random
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["check_weights", "key_fraction", "pick"]
+__all__ = ["check_key", "check_weights", "key_fraction", "pick"]
 
 
 def key_fraction(key: str | bytes | int) -> float:
@@ -21,19 +21,24 @@ def key_fraction(key: str | bytes | int) -> float:
     Raises:
         TypeError: The key is not a str, bytes or int.
     """
+    check_key(key)
     if isinstance(key, str):
         data = key.encode("utf-8")
     elif isinstance(key, bytes):
         data = key
-    elif isinstance(key, int) and not isinstance(key, bool):
-        data = str(key).encode("ascii")
     else:
+        data = str(key).encode("ascii")
+    digest = hashlib.blake2b(data, digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def check_key(key: object) -> None:
+    """Raise TypeError unless ``key`` is a str, bytes or int (not bool)."""
+    if not isinstance(key, (str, bytes, int)) or isinstance(key, bool):
         raise TypeError(
             f"A routing `key` must be a str, bytes or int. Received: key={key!r} "
             f"of type {type(key).__name__}"
         )
-    digest = hashlib.blake2b(data, digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
 
 
 def check_weights(weights: Mapping[Hashable, Any]) -> list[tuple[Hashable, float]]:
