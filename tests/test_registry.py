@@ -117,7 +117,7 @@ def test_a_subclassed_model_needs_a_warmup_sample(registry):
         def call(self, x):
             return self.dense(x)
 
-    with pytest.raises(lc.LoadError, match="warm-up.*pass warmup="):
+    with pytest.raises(lc.LoadError, match=r"warm-up.*pass warmup="):
         registry.load("net", 1, Net)
     registry.load("net", 1, Net, warmup=X)
     with registry.lease("net") as model:
