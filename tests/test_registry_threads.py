@@ -1,0 +1,95 @@
+"""8 threads serve through the registry while 50 promotions swap versions.
+
+Runs in a child process so a crash fails the test instead of the run. Every
+version answers its own number, so each answer tells which version served it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+CHILD = """
+import json, threading, time
+import keras, numpy as np
+import lifecycle as lc
+
+SWAPS, THREADS = 50, 8
+
+def factory(version):
+    def build():
+        inputs = keras.Input((4,))
+        out = keras.layers.Dense(1, kernel_initializer="zeros",
+                                 bias_initializer=keras.initializers.Constant(version))(
+            keras.layers.Dense(16)(inputs))
+        return keras.Model(inputs, out)
+    return build
+
+x = np.ones((1, 4), "float32")
+requests, failures = [], []
+lock = threading.Lock()
+stop = threading.Event()
+# default_since[v] = (earliest, latest) instants at which v may have become default.
+default_since = {1: (0.0, 0.0)}
+
+with lc.ModelRegistry() as registry:
+    registry.load("m", 1, factory(1))
+
+    def client(index):
+        use_lease = index % 2
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                if use_lease:
+                    with registry.lease("m") as model:
+                        value = float(model.predict_on_batch(x)[0, 0])
+                else:
+                    value = float(registry.predict("m", x).numpy()[0, 0])
+            except Exception as error:
+                with lock:
+                    failures.append(repr(error)[:300])
+                continue
+            with lock:
+                requests.append((started, time.perf_counter(), value))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for version in range(2, SWAPS + 2):
+        registry.load("m", version, factory(version))
+        before = time.perf_counter()
+        registry.promote("m", version)
+        default_since[version] = (before, time.perf_counter())
+        registry.unload("m", version - 1)
+    time.sleep(0.2)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    alive = [s.version for s in registry.status()]
+
+print(json.dumps({"requests": requests, "failures": failures,
+                  "default_since": default_since, "alive": alive}))
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_threads_serve_through_fifty_promotions_without_a_failed_request(run_child):
+    out = json.loads(run_child(CHILD, timeout=600).strip().splitlines()[-1])
+    assert out["failures"] == []
+    since = {int(v): tuple(t) for v, t in out["default_since"].items()}
+    last = max(since)
+    assert out["alive"] == [last]
+    served = set()
+    for started, finished, value in out["requests"]:
+        version = int(value)
+        assert float(version) == value and version in since, value
+        # Routable at that moment: it had (maybe) become default before the
+        # request finished, and stopped being default (at the next promotion)
+        # no earlier than the request started.
+        assert since[version][0] <= finished, (version, started, finished)
+        if version != last:
+            assert since[version + 1][1] >= started, (version, started, finished)
+        served.add(version)
+    assert len(out["requests"]) > 1000 and len(served) > 25
