@@ -76,19 +76,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
-import math
-import os
-import platform
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import _harness
+from _harness import MIB, ChildOutcome, fmt
 
 if TYPE_CHECKING:
     import keras
@@ -129,8 +125,6 @@ WARMUP_REQUESTS = 200
 CALIBRATION_MODELS = 2
 # Seconds to wait for the churn thread's first model, and for it to stop.
 CHURN_WAIT_SECONDS = 120.0
-MIB = 1024 * 1024
-RESULT_PREFIX = "RESULT "
 HEADER = [
     "variant",
     "requests",
@@ -146,7 +140,6 @@ HEADER = [
     "final RSS MiB",
     "RSS growth MiB",
 ]
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SESSION_NAME = "bench"
 CLEANER_THREAD = f"lifecycle-cleaner-{SESSION_NAME}"
 CHURN_THREAD = "churn"
@@ -466,83 +459,15 @@ def measure(
 # -------------------------------------------------------------------------- parent
 
 
-@dataclass
-class ChildOutcome:
-    variant: str
-    result: dict[str, Any] | None
-    error: str | None
-    seconds: float
-
-
-def spawn_child(variant: str, args: argparse.Namespace) -> ChildOutcome:
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--variant",
-        variant,
-        "--seconds",
-        str(args.seconds),
-        "--churn-units",
-        str(args.churn_units),
-    ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    if (REPO_ROOT / "lifecycle" / "__init__.py").is_file():
-        # Benchmark the source tree this script belongs to, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
-        )
-    started = time.perf_counter()
-    try:
-        # On timeout, subprocess.run kills the child before raising.
-        completed = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=args.timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        elapsed = time.perf_counter() - started
-        return ChildOutcome(variant, None, f"timed out after {args.timeout:g} s", elapsed)
-    elapsed = time.perf_counter() - started
-    lines = [ln for ln in completed.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
-    if completed.returncode != 0 or not lines:
-        tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
-        missing = "" if lines else ", no result line"
-        error = f"exit code {completed.returncode}{missing}\n{tail}"
-        return ChildOutcome(variant, None, error, elapsed)
-    return ChildOutcome(variant, json.loads(lines[-1][len(RESULT_PREFIX) :]), None, elapsed)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def total_ram_gib() -> float:
-    import psutil
-
-    return psutil.virtual_memory().total / 1024**3
-
-
-def version_of(*distributions: str) -> str:
-    for name in distributions:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "not installed"
+def child_options(args: argparse.Namespace) -> list[str]:
+    return ["--seconds", str(args.seconds), "--churn-units", str(args.churn_units)]
 
 
 def describe_run(args: argparse.Namespace) -> list[str]:
     params = churn_params(args.churn_units)
     units = args.churn_units
     return [
-        f"machine:  {cpu_model()}, {os.cpu_count()} cores, {total_ram_gib():.1f} GiB RAM, "
-        f"{platform.system()} {platform.machine()}",
-        f"software: Python {platform.python_version()}, "
-        f"TensorFlow {version_of('tensorflow', 'tensorflow-cpu')}, Keras {version_of('keras')}",
+        *_harness.machine_lines(),
         f"served:   MLP {INPUT_DIM}-{SERVED_UNITS}-{OUTPUTS} ({served_params():,} params) "
         f"through lc.serving_function, batch 1, back to back for {args.seconds:g} s",
         f"churn:    MLP {INPUT_DIM}-{units}-{units}-{OUTPUTS} + Adam, {params:,} params "
@@ -551,12 +476,6 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"cleaner:  pressure_threshold {pressure_threshold(units) / MIB:.1f} MiB "
         f"(about one collection per {MODELS_PER_COLLECTION} churned models)",
     ]
-
-
-def fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    if value is None or math.isnan(value):
-        return "-"
-    return f"{value:{spec}}{suffix}"
 
 
 def table_rows(outcomes: dict[str, ChildOutcome]) -> list[list[str]]:
@@ -587,18 +506,6 @@ def table_rows(outcomes: dict[str, ChildOutcome]) -> list[list[str]]:
             ]
         )
     return rows
-
-
-def render_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join([first, *rest]).rstrip()
-
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
 def thread_role(name: str) -> str:
@@ -640,17 +547,11 @@ def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
 
 
 def run_parent(args: argparse.Namespace) -> int:
-    outcomes: dict[str, ChildOutcome] = {}
-    for variant in args.variants:
-        print(f"running variant {variant} ...", file=sys.stderr, flush=True)
-        outcome = spawn_child(variant, args)
-        status = "ok" if outcome.error is None else "FAILED"
-        print(f"  {status} in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
-        outcomes[variant] = outcome
+    outcomes = _harness.run_variants(__file__, args.variants, child_options(args), args.timeout)
 
     print("\n".join(describe_run(args)))
     print()
-    print(render_table(HEADER, table_rows(outcomes)))
+    print(_harness.render_table(HEADER, table_rows(outcomes)))
     print()
     print("full gcs:    generation-2 collections during the measurement, on any thread")
     print("cleaner gcs: of those, run by the session's cleaner (session.statistics().cleaner)")
@@ -660,55 +561,35 @@ def run_parent(args: argparse.Namespace) -> int:
     if notes:
         print("per variant:")
         print("\n".join(notes))
-    failed = [o for o in outcomes.values() if o.error is not None]
-    for outcome in failed:
-        print(f"\nvariant {outcome.variant} failed: {outcome.error}", file=sys.stderr)
-    return 1 if failed else 0
+    return _harness.report_failures(outcomes)
 
 
 # ---------------------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n", 1)[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = _harness.argument_parser(__doc__)
     parser.add_argument(
         "--seconds", type=float, default=15.0, help="measured seconds of requests per variant"
     )
-    parser.add_argument(
-        "--variants",
-        default=",".join(VARIANTS),
-        help=f"comma-separated subset of {','.join(VARIANTS)}",
-    )
+    _harness.add_variants_argument(parser, VARIANTS)
     parser.add_argument(
         "--churn-units",
         type=int,
         default=512,
         help="hidden width of the churned MLPs (512: 3.4 MiB of weights + Adam slots)",
     )
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per child")
-    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
     args = parser.parse_args(argv)
 
     if args.seconds <= 0 or args.churn_units < 1 or args.timeout <= 0:
         parser.error("--seconds, --churn-units and --timeout must be positive")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = sorted(set(variants) - set(VARIANTS))
-    if unknown or not variants:
-        parser.error(f"--variants takes a subset of {','.join(VARIANTS)}; got {unknown}")
-    args.variants = list(dict.fromkeys(variants))
+    args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.variant is not None:
-        result = run_child(args.variant, args)
-        print(RESULT_PREFIX + json.dumps(result), flush=True)
-        return 0
-    return run_parent(args)
+    return _harness.run_role(parse_args(argv), run_child, run_parent)
 
 
 if __name__ == "__main__":

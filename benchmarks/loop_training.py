@@ -37,18 +37,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import math
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import _harness
+from _harness import MIB, ChildOutcome, fmt
 
 if TYPE_CHECKING:
     import keras
@@ -70,9 +66,6 @@ STEPS_PER_CYCLE = 2
 DISPOSE_REPEATS = 3
 # Weights + the two Adam slots (m, v), float32.
 BYTES_PER_PARAM = 4 * 3
-MIB = 1024 * 1024
-RESULT_PREFIX = "RESULT "
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def mlp_params(units: int) -> int:
@@ -201,20 +194,8 @@ def slope(values: list[float]) -> float:
 # -------------------------------------------------------------------------- parent
 
 
-@dataclass
-class ChildOutcome:
-    variant: str
-    result: dict[str, Any] | None
-    error: str | None
-    seconds: float
-
-
-def spawn_child(variant: str, args: argparse.Namespace) -> ChildOutcome:
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--variant",
-        variant,
+def child_options(args: argparse.Namespace) -> list[str]:
+    return [
         "--cycles",
         str(args.cycles),
         "--warmup",
@@ -224,54 +205,6 @@ def spawn_child(variant: str, args: argparse.Namespace) -> ChildOutcome:
         "--dispose-mb",
         str(args.dispose_mb),
     ]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    if (REPO_ROOT / "lifecycle" / "__init__.py").is_file():
-        # Benchmark the source tree this script belongs to, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
-        )
-    started = time.perf_counter()
-    try:
-        # On timeout, subprocess.run kills the child before raising.
-        completed = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=args.timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        elapsed = time.perf_counter() - started
-        return ChildOutcome(variant, None, f"timed out after {args.timeout:g} s", elapsed)
-    elapsed = time.perf_counter() - started
-    lines = [ln for ln in completed.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
-    if completed.returncode != 0 or not lines:
-        tail = "\n".join(completed.stderr.strip().splitlines()[-15:])
-        missing = "" if lines else ", no result line"
-        error = f"exit code {completed.returncode}{missing}\n{tail}"
-        return ChildOutcome(variant, None, error, elapsed)
-    return ChildOutcome(variant, json.loads(lines[-1][len(RESULT_PREFIX) :]), None, elapsed)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def total_ram_gib() -> float:
-    import psutil
-
-    return psutil.virtual_memory().total / 1024**3
-
-
-def version_of(*distributions: str) -> str:
-    for name in distributions:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "not installed"
 
 
 def describe_run(args: argparse.Namespace) -> list[str]:
@@ -279,10 +212,7 @@ def describe_run(args: argparse.Namespace) -> list[str]:
     dispose_units = units_for_mib(args.dispose_mb)
     dispose_params = mlp_params(dispose_units)
     return [
-        f"machine:  {cpu_model()}, {os.cpu_count()} cores, {total_ram_gib():.1f} GiB RAM, "
-        f"{platform.system()} {platform.machine()}",
-        f"software: Python {platform.python_version()}, "
-        f"TensorFlow {version_of('tensorflow', 'tensorflow-cpu')}, Keras {version_of('keras')}",
+        *_harness.machine_lines(),
         f"workload: MLP {INPUT_DIM}-{args.units}-{args.units}-{CLASSES} + Adam, "
         f"{params:,} params ({params * BYTES_PER_PARAM / MIB:.1f} MiB weights + slots); "
         f"{args.cycles} cycles, slope and means over the last {args.cycles - args.warmup} "
@@ -291,12 +221,6 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"{dispose_params:,} params ({dispose_params * BYTES_PER_PARAM / MIB:.1f} MiB), "
         f"1 fit step, median of {DISPOSE_REPEATS} disposes",
     ]
-
-
-def fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    if value is None or math.isnan(value):
-        return "-"
-    return f"{value:{spec}}{suffix}"
 
 
 def table_rows(outcomes: dict[str, ChildOutcome], dispose_mb: float) -> list[list[str]]:
@@ -329,26 +253,8 @@ def table_rows(outcomes: dict[str, ChildOutcome], dispose_mb: float) -> list[lis
     return rows
 
 
-def render_table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join([first, *rest]).rstrip()
-
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
-
-
 def run_parent(args: argparse.Namespace) -> int:
-    outcomes: dict[str, ChildOutcome] = {}
-    for variant in args.variants:
-        print(f"running variant {variant} ...", file=sys.stderr, flush=True)
-        outcome = spawn_child(variant, args)
-        status = "ok" if outcome.error is None else "FAILED"
-        print(f"  {status} in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
-        outcomes[variant] = outcome
+    outcomes = _harness.run_variants(__file__, args.variants, child_options(args), args.timeout)
 
     header = [
         "variant",
@@ -363,24 +269,18 @@ def run_parent(args: argparse.Namespace) -> int:
     ]
     print("\n".join(describe_run(args)))
     print()
-    print(render_table(header, table_rows(outcomes, args.dispose_mb)))
+    print(_harness.render_table(header, table_rows(outcomes, args.dispose_mb)))
     print()
     print("drop ms:    mean time from the end of fit() to the model being dropped")
     print("dispose ms: median DisposeReport.release_seconds (release, purge, drop references)")
-    failed = [o for o in outcomes.values() if o.error is not None]
-    for outcome in failed:
-        print(f"\nvariant {outcome.variant} failed: {outcome.error}", file=sys.stderr)
-    return 1 if failed else 0
+    return _harness.report_failures(outcomes)
 
 
 # ---------------------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n", 1)[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = _harness.argument_parser(__doc__)
     parser.add_argument("--cycles", type=int, default=30, help="build-fit-drop cycles")
     parser.add_argument(
         "--warmup",
@@ -391,19 +291,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--units", type=int, default=1264, help="hidden width (1264 gives 2.6M params)"
     )
-    parser.add_argument(
-        "--variants",
-        default=",".join(ALL_VARIANTS),
-        help=f"comma-separated subset of {','.join(ALL_VARIANTS)}",
-    )
+    _harness.add_variants_argument(parser, ALL_VARIANTS)
     parser.add_argument(
         "--dispose-mb",
         type=float,
         default=100.0,
         help="MiB of weights + Adam slots of the model the `dispose` variant disposes",
     )
-    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per child")
-    parser.add_argument("--variant", choices=ALL_VARIANTS, help=argparse.SUPPRESS)
+    _harness.add_child_arguments(parser, ALL_VARIANTS, timeout=1200.0)
     args = parser.parse_args(argv)
 
     if args.cycles < 3:
@@ -411,21 +306,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.units < 1 or args.dispose_mb <= 0 or args.timeout <= 0:
         parser.error("--units, --dispose-mb and --timeout must be positive")
     args.warmup = max(0, min(args.warmup, args.cycles // 3))
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = sorted(set(variants) - set(ALL_VARIANTS))
-    if unknown or not variants:
-        parser.error(f"--variants takes a subset of {','.join(ALL_VARIANTS)}; got {unknown}")
-    args.variants = list(dict.fromkeys(variants))
+    args.variants = _harness.parse_variants(parser, args.variants, ALL_VARIANTS)
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.variant is not None:
-        result = run_child(args.variant, args)
-        print(RESULT_PREFIX + json.dumps(result), flush=True)
-        return 0
-    return run_parent(args)
+    return _harness.run_role(parse_args(argv), run_child, run_parent)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The loop benchmark (what `make demo` runs) works end to end, on a tiny model."""
+"""The benchmarks (the loop one is what `make demo` runs) work end to end, on tiny workloads."""
 
 from __future__ import annotations
 
@@ -11,21 +11,26 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.subprocess
-def test_loop_benchmark_prints_one_row_per_variant():
+def run_benchmark(script: str, *args: str) -> list[str]:
+    """Run ``benchmarks/<script>`` with ``args``; assert it succeeds; its stdout lines."""
     result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "loop_training.py"),
-            *("--cycles", "3", "--units", "32", "--variants", "a,c,dispose"),
-            *("--dispose-mb", "1", "--timeout", "240"),
-        ],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args, "--timeout", "240"],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = {line.split("  ")[0]: line for line in result.stdout.splitlines()}
+    return result.stdout.splitlines()
+
+
+@pytest.mark.subprocess
+def test_loop_benchmark_prints_one_row_per_variant():
+    lines = run_benchmark(
+        "loop_training.py",
+        *("--cycles", "3", "--units", "32", "--variants", "a,c,dispose"),
+        *("--dispose-mb", "1"),
+    )
+    rows = {line.split("  ")[0]: line for line in lines}
     assert "(a) del model" in rows and "(c) ManagedModel + dispose()" in rows
     assert "(c) dispose() of a 1 MiB model" in rows
     # The managed row shows the megabytes it released, not a dash.
@@ -34,17 +39,7 @@ def test_loop_benchmark_prints_one_row_per_variant():
 
 @pytest.mark.subprocess
 def test_cleaner_benchmark_prints_latency_rows():
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "cleaner.py"),
-            *("--seconds", "3", "--variants", "naive,bg", "--timeout", "240"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [line for line in result.stdout.splitlines() if line.startswith(("naive", "bg"))]
+    lines = run_benchmark("cleaner.py", *("--seconds", "3", "--variants", "naive,bg"))
+    rows = [line for line in lines if line.startswith(("naive", "bg"))]
     assert [row.split(":")[0] for row in rows[:2]] == ["naive", "bg"]
     assert all("FAILED" not in row for row in rows)
