@@ -13,6 +13,8 @@ EXPECTED = {
     "serving.py": "clients were refused after dispose",
     "manage_existing.py": "calling it now raises DisposedError",
     "sessions.py": "units=64: loss",
+    "hot_swap_serving.py": "failed: 0",
+    "ab_loading.py": "user-7 sticks to v",
 }
 
 
