@@ -486,3 +486,25 @@ def test_freeze_heap_moves_the_warm_heap_out_of_later_collections():
             assert model_ref() is None  # objects created after the freeze are collected
     finally:
         gc.unfreeze()
+
+
+def test_activate_shares_an_open_session_with_worker_threads():
+    with lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE, name="shared") as shared:
+        made = []
+
+        def work():
+            with shared.activate():
+                assert lc.current_session() is shared
+                made.append(built())
+            assert lc.current_session().name == "default"
+
+        workers = [threading.Thread(target=work) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert [m.session for m in made] == [shared, shared]
+        assert shared.statistics().models == 2
+    assert all(m.state is lc.ModelState.DISPOSED for m in made)
+    with pytest.raises(lc.LifecycleError, match="cannot be activated"), shared.activate():
+        pass
