@@ -11,6 +11,10 @@ def test_every_error_derives_from_the_root_and_a_builtin():
         lc.DrainTimeoutError: TimeoutError,
         lc.NotAModelError: TypeError,
         lc.CompatibilityError: RuntimeError,
+        lc.UnknownModelError: LookupError,
+        lc.LoadError: RuntimeError,
+        lc.BudgetExceededError: MemoryError,
+        lc.UnavailableError: TimeoutError,
     }
     assert set(expected) | {lc.LifecycleError} == {getattr(errors, name) for name in errors.__all__}
     for error, builtin in expected.items():
