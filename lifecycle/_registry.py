@@ -673,14 +673,37 @@ class ModelRegistry:
     # -- status and close ------------------------------------------------------------
 
     def status(self, name: str | None = None) -> tuple[VersionStatus, ...]:
-        """Frozen status of every loaded version (of ``name``, if given), by name and version."""
+        """Frozen status of every loaded or loading version (of ``name``), by name and version.
+
+        Raises:
+            UnknownModelError: ``name`` is given and nothing of it is loaded or loading.
+        """
         with self._cond:
-            names = [name] if name is not None else sorted(self._entries)
-            return tuple(
-                self._status(n, self._entry(n), v)
-                for n in names
-                for _, v in sorted(self._entry(n).versions.items())
-            )
+            if name is not None and not any(n == name for n, _ in self._loading):
+                self._entry(name)  # raises for an unknown name
+            loaded = [
+                self._status(n, entry, v)
+                for n, entry in self._entries.items()
+                if name in (None, n)
+                for v in entry.versions.values()
+            ]
+            loading = [
+                VersionStatus(
+                    name=n,
+                    version=v,
+                    state=VersionState.LOADING,
+                    default=False,
+                    labels=(),
+                    weight=None,
+                    leases=0,
+                    bytes=0,
+                    load_seconds=0.0,
+                    requests=0,
+                )
+                for n, v in self._loading
+                if name is None or n == name
+            ]
+            return tuple(sorted(loaded + loading, key=lambda s: (s.name, s.version)))
 
     def close(self) -> None:
         """Unload every version (waiting for leases up to ``drain_timeout``) and close.

@@ -205,7 +205,8 @@ def test_resource_preserving_swap_makes_requests_wait_for_the_new_version():
         loader = threading.Thread(target=lambda: reg.load("risk", 2, slow))
         loader.start()
         building.wait(30)
-        assert [s.version for s in reg.status()] == []  # the old one went first
+        # The old one went first; the new one shows as loading.
+        assert [(s.version, s.state) for s in reg.status()] == [(2, lc.VersionState.LOADING)]
         answers = []
         waiter = threading.Thread(target=lambda: answers.append(answer(reg)))
         waiter.start()
