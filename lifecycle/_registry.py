@@ -643,16 +643,17 @@ class ModelRegistry:
 
     def _retire(self, loaded: _Version, *, wait: bool) -> None:
         with self._cond:
-            if loaded.state is not VersionState.READY:
-                return
-            loaded.state = VersionState.RETIRING
-            entry = self._entries[loaded.name]
-            if entry.default == loaded.version:
-                entry.default = None
-            drained = loaded.leases == 0
+            drained = False
+            if loaded.state is VersionState.READY:
+                loaded.state = VersionState.RETIRING
+                entry = self._entries[loaded.name]
+                if entry.default == loaded.version:
+                    entry.default = None
+                drained = loaded.leases == 0
         if drained:
             self._dispose(loaded)
         elif wait:
+            # Also when an earlier unload already retired it: wait for the drain.
             with self._cond:
                 self._cond.wait_for(
                     lambda: loaded.state is VersionState.UNLOADED, self.drain_timeout

@@ -361,7 +361,11 @@ class LifecycleSession:
                     self._state = SessionState.OPEN
                 raise _close_error(self, errors)
             successor = self.parent.cleaner if self.parent is not None else None
-            self._cleaner.close(successor)
+            with self._lock:
+                # Records left after disposing every live model belong to models
+                # dropped without dispose(): only they need a collection to be found.
+                dropped = bool(self._records)
+            self._cleaner.close(successor, collect=dropped or successor is None)
             self._maybe_clear_session()
             with self._lock:
                 self._state = SessionState.CLOSED

@@ -374,3 +374,26 @@ def test_close_unloads_everything_and_refuses_requests():
     assert model.state is lc.ModelState.DISPOSED and registry.status() == ()
     with pytest.raises(lc.LifecycleError, match="is closed"):
         registry.predict("risk", X)
+
+
+def test_unload_with_wait_waits_also_for_a_version_already_retiring(registry):
+    registry.load("risk", 1, constant(1.0))
+    registry.load("risk", 2, constant(2.0))
+    registry.promote("risk", 2)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with registry.lease("risk", version=1):
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(30)
+    registry.unload("risk", 1)  # retiring: a lease is held
+    threading.Timer(0.2, release.set).start()
+    started = time.monotonic()
+    registry.unload("risk", 1, wait=True)
+    assert time.monotonic() - started >= 0.15
+    assert [s.version for s in registry.status()] == [2]
+    holder.join()

@@ -171,13 +171,14 @@ class Cleaner:
         """Count buffer bytes a managed model released (pressure)."""
         self._add_pressure(nbytes, allocated=False)
 
-    def _add_pressure(self, nbytes: int, *, allocated: bool) -> None:
+    def _add_pressure(self, nbytes: int, *, allocated: bool | None) -> None:
+        # allocated=None: pressure handed over by a closed cleaner, already counted.
         if nbytes <= 0:
             return
         with self._lock:
             if allocated:
                 self._bytes_allocated += nbytes
-            else:
+            elif allocated is not None:
                 self._bytes_released += nbytes
             self._pressure += nbytes
             threshold = self.pressure_threshold
@@ -235,7 +236,7 @@ class Cleaner:
         self._queue.put(marker)
         return marker.event.wait(timeout)
 
-    def close(self, successor: Cleaner | None = None) -> None:
+    def close(self, successor: Cleaner | None = None, *, collect: bool = True) -> None:
         """Stop the background thread, collect once, and run everything still queued.
 
         The final collection finds models dropped without ``dispose()`` that no
@@ -245,15 +246,23 @@ class Cleaner:
         Safe to call twice.
 
         Args:
-            successor: The cleaner that takes work arriving after the close.
+            successor: The cleaner that takes work (and byte pressure) arriving
+                after the close.
+            collect: Run the final collection. Without it, the pressure not yet
+                collected passes to ``successor``.
         """
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             self._queue.put(_Token.STOP)
             thread.join()
             _running_cleaners.discard(self)
-        with self._running:
-            self._collect()
+        if collect:
+            with self._running:
+                self._collect()
+        elif successor is not None:
+            with self._lock:
+                pressure, self._pressure, self._collect_requested = self._pressure, 0, False
+            successor._add_pressure(pressure, allocated=None)
         self.run_pending()
         self._successor = successor
         self.run_pending()  # what arrived before the successor took over
