@@ -43,3 +43,13 @@ def test_cleaner_benchmark_prints_latency_rows():
     rows = [line for line in lines if line.startswith(("naive", "bg"))]
     assert [row.split(":")[0] for row in rows[:2]] == ["naive", "bg"]
     assert all("FAILED" not in row for row in rows)
+
+
+@pytest.mark.subprocess
+def test_hot_swap_benchmark_swaps_without_failed_requests():
+    lines = run_benchmark("hot_swap.py", *("--seconds", "3", "--units", "256"))
+    rows = {line.split(":")[0]: line for line in lines if ": " in line}
+    assert {"direct", "registry", "registry-swaps"} <= set(rows)
+    assert all("FAILED" not in row for row in rows.values())
+    swaps, failed = rows["registry-swaps"].split()[-5:-3]
+    assert int(swaps) > 0 and failed == "0"
