@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -192,35 +193,15 @@ def test_a_lease_keeps_a_retired_version_alive_until_returned(registry):
     assert model.state is lc.ModelState.DISPOSED
 
 
-def test_resource_preserving_swap_makes_requests_wait_for_the_new_version():
-    with lc.ModelRegistry(max_loaded=1, swap_policy=lc.SwapPolicy.RESOURCE_PRESERVING) as reg:
-        reg.load("risk", 1, constant(1.0))
-        building, proceed = threading.Event(), threading.Event()
+@contextlib.contextmanager
+def swap_in_gap(lease_timeout=30.0):
+    """A resource-preserving registry whose load of version 2 is held in the gap.
 
-        def slow():
-            building.set()
-            proceed.wait(30)
-            return constant(2.0)()
-
-        loader = threading.Thread(target=lambda: reg.load("risk", 2, slow))
-        loader.start()
-        building.wait(30)
-        # The old one went first; the new one shows as loading.
-        assert [(s.version, s.state) for s in reg.status()] == [(2, lc.VersionState.LOADING)]
-        answers = []
-        waiter = threading.Thread(target=lambda: answers.append(answer(reg)))
-        waiter.start()
-        time.sleep(0.05)
-        assert answers == []  # waiting in the gap
-        proceed.set()
-        loader.join()
-        waiter.join()
-        assert answers == [2.0]
-
-
-def test_a_request_in_the_gap_fails_clearly_after_the_lease_timeout():
+    Yields the registry and a function that lets the build finish, once version
+    1 is gone and version 2 is still building; the build finishes on exit anyway.
+    """
     with lc.ModelRegistry(
-        max_loaded=1, swap_policy=lc.SwapPolicy.RESOURCE_PRESERVING, lease_timeout=0.05
+        max_loaded=1, swap_policy=lc.SwapPolicy.RESOURCE_PRESERVING, lease_timeout=lease_timeout
     ) as reg:
         reg.load("risk", 1, constant(1.0))
         building, proceed = threading.Event(), threading.Event()
@@ -233,10 +214,37 @@ def test_a_request_in_the_gap_fails_clearly_after_the_lease_timeout():
         loader = threading.Thread(target=lambda: reg.load("risk", 2, slow))
         loader.start()
         building.wait(30)
-        with pytest.raises(lc.UnavailableError, match="No routable version of 'risk'"):
-            reg.predict("risk", X)
-        proceed.set()
-        loader.join()
+
+        def finish():
+            proceed.set()
+            loader.join()
+
+        try:
+            yield reg, finish
+        finally:
+            finish()
+
+
+def test_resource_preserving_swap_makes_requests_wait_for_the_new_version():
+    answers = []
+    with swap_in_gap() as (reg, finish):
+        # The old one went first; the new one shows as loading.
+        assert [(s.version, s.state) for s in reg.status()] == [(2, lc.VersionState.LOADING)]
+        waiter = threading.Thread(target=lambda: answers.append(answer(reg)))
+        waiter.start()
+        time.sleep(0.05)
+        assert answers == []  # waiting in the gap
+        finish()
+        waiter.join()
+    assert answers == [2.0]
+
+
+def test_a_request_in_the_gap_fails_clearly_after_the_lease_timeout():
+    with (
+        swap_in_gap(lease_timeout=0.05) as (reg, _),
+        pytest.raises(lc.UnavailableError, match="No routable version of 'risk'"),
+    ):
+        reg.predict("risk", X)
 
 
 # --- budget -----------------------------------------------------------------------------
