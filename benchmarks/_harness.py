@@ -227,6 +227,32 @@ def run_variants(
     return outcomes
 
 
+def print_report(
+    description: Sequence[str],
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    legend: Sequence[str],
+    notes: Sequence[str] = (),
+) -> None:
+    """Print a benchmark's report: what ran, the table, its legend, per-variant notes.
+
+    Args:
+        description: Lines about the machine and the workload.
+        header: The table's column names.
+        rows: The table's rows.
+        legend: Lines explaining the columns.
+        notes: Lines under "per variant:"; the heading is left out when empty.
+    """
+    print("\n".join(description))
+    print()
+    print(render_table(header, rows))
+    print()
+    print("\n".join(legend))
+    if notes:
+        print("per variant:")
+        print("\n".join(notes))
+
+
 def report_failures(outcomes: Mapping[str, ChildOutcome]) -> int:
     """Print each failed variant's error on stderr.
 

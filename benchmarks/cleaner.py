@@ -549,18 +549,15 @@ def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
 def run_parent(args: argparse.Namespace) -> int:
     outcomes = _harness.run_variants(__file__, args.variants, child_options(args), args.timeout)
 
-    print("\n".join(describe_run(args)))
-    print()
-    print(_harness.render_table(HEADER, table_rows(outcomes)))
-    print()
-    print("full gcs:    generation-2 collections during the measurement, on any thread")
-    print("cleaner gcs: of those, run by the session's cleaner (session.statistics().cleaner)")
-    print("gc ms:       time in all collections (every generation, any thread); max gc ms:")
-    print("             the longest one. RSS growth: from the start to the end of measurement")
-    notes = variant_notes(outcomes)
-    if notes:
-        print("per variant:")
-        print("\n".join(notes))
+    legend = [
+        "full gcs:    generation-2 collections during the measurement, on any thread",
+        "cleaner gcs: of those, run by the session's cleaner (session.statistics().cleaner)",
+        "gc ms:       time in all collections (every generation, any thread); max gc ms:",
+        "             the longest one. RSS growth: from the start to the end of measurement",
+    ]
+    _harness.print_report(
+        describe_run(args), HEADER, table_rows(outcomes), legend, variant_notes(outcomes)
+    )
     return _harness.report_failures(outcomes)
 
 

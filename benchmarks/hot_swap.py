@@ -641,16 +641,15 @@ def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
 def run_parent(args: argparse.Namespace) -> int:
     outcomes = _harness.run_variants(__file__, args.variants, child_options(args), args.timeout)
 
-    print("\n".join(describe_run(args)))
-    print()
-    print(_harness.render_table(HEADER, table_rows(outcomes)))
-    print()
-    print("vs direct:        requests/s over direct's; p99 vs registry: p99 over the steady")
-    print("                  registry variant's. failed requests: exceptions, any time")
-    print("peak RSS / (old+new): highest RSS during the swaps / (RSS with one model + its bytes)")
-    print("RSS after drain / one model: RSS once one version is left / RSS with one model")
-    print("per variant:")
-    print("\n".join(variant_notes(outcomes)))
+    legend = [
+        "vs direct:        requests/s over direct's; p99 vs registry: p99 over the steady",
+        "                  registry variant's. failed requests: exceptions, any time",
+        "peak RSS / (old+new): highest RSS during the swaps / (RSS with one model + its bytes)",
+        "RSS after drain / one model: RSS once one version is left / RSS with one model",
+    ]
+    _harness.print_report(
+        describe_run(args), HEADER, table_rows(outcomes), legend, variant_notes(outcomes)
+    )
     return _harness.report_failures(outcomes)
 
 

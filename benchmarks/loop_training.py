@@ -267,12 +267,11 @@ def run_parent(args: argparse.Namespace) -> int:
         "released MiB",
         "final RSS MiB",
     ]
-    print("\n".join(describe_run(args)))
-    print()
-    print(_harness.render_table(header, table_rows(outcomes, args.dispose_mb)))
-    print()
-    print("drop ms:    mean time from the end of fit() to the model being dropped")
-    print("dispose ms: median DisposeReport.release_seconds (release, purge, drop references)")
+    legend = [
+        "drop ms:    mean time from the end of fit() to the model being dropped",
+        "dispose ms: median DisposeReport.release_seconds (release, purge, drop references)",
+    ]
+    _harness.print_report(describe_run(args), header, table_rows(outcomes, args.dispose_mb), legend)
     return _harness.report_failures(outcomes)
 
 
