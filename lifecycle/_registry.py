@@ -116,6 +116,10 @@ class _Entry:
     # (label or version, weight) pairs, or None without a route.
     route: list[tuple[Hashable, float]] | None = None
 
+    def version_of(self, target: Hashable) -> int | None:
+        """The version a route target means now: a label's version, or the version itself."""
+        return self.labels.get(target) if isinstance(target, str) else target  # type: ignore[return-value]
+
 
 def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not name or "/" in name:
@@ -526,7 +530,7 @@ class ModelRegistry:
             target = entry.labels[label]
         elif entry.route is not None:
             chosen = pick(entry.route, key)
-            target = entry.labels.get(chosen, chosen) if isinstance(chosen, str) else chosen
+            target = entry.version_of(chosen)
         else:
             target = entry.default
         loaded = entry.versions.get(target) if target is not None else None
@@ -754,12 +758,7 @@ class ModelRegistry:
         if entry.route is not None:
             total = sum(w for _, w in entry.route)
             weight = (
-                sum(
-                    w
-                    for target, w in entry.route
-                    if (entry.labels.get(target) if isinstance(target, str) else target)
-                    == loaded.version
-                )
+                sum(w for target, w in entry.route if entry.version_of(target) == loaded.version)
                 / total
             )
         return VersionStatus(
