@@ -1,5 +1,7 @@
 """keras-lifecycle: Keras 3 / TensorFlow models that give their memory back."""
 
+from ._checkpoints import CheckpointKeeper as CheckpointKeeper
+from ._checkpoints import restore_checkpoint as restore_checkpoint
 from ._core import CleanerStatistics as CleanerStatistics
 from ._core import CleanupStrategy as CleanupStrategy
 from ._core import ModelState as ModelState
@@ -9,7 +11,9 @@ from ._model import manage as manage
 from ._record import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
 from ._record import DisposeReport as DisposeReport
 from ._registry import ModelRegistry as ModelRegistry
+from ._registry import ScanReport as ScanReport
 from ._registry import SwapPolicy as SwapPolicy
+from ._registry import VersionPolicy as VersionPolicy
 from ._registry import VersionState as VersionState
 from ._registry import VersionStatus as VersionStatus
 from ._serving import ServingFunction as ServingFunction
@@ -21,6 +25,7 @@ from ._session import current_session as current_session
 from ._tf import CompatibilityReport as CompatibilityReport
 from ._tf import check_compatibility as check_compatibility
 from .errors import BudgetExceededError as BudgetExceededError
+from .errors import CheckpointError as CheckpointError
 from .errors import CompatibilityError as CompatibilityError
 from .errors import DisposedError as DisposedError
 from .errors import DisposeInProgressError as DisposeInProgressError
@@ -37,6 +42,8 @@ __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
     "DEFAULT_PRESSURE_THRESHOLD",
     "BudgetExceededError",
+    "CheckpointError",
+    "CheckpointKeeper",
     "CleanerStatistics",
     "CleanupStrategy",
     "CompatibilityError",
@@ -52,16 +59,19 @@ __all__ = [
     "ModelRegistry",
     "ModelState",
     "NotAModelError",
+    "ScanReport",
     "ServingFunction",
     "SessionState",
     "SessionStatistics",
     "SwapPolicy",
     "UnavailableError",
     "UnknownModelError",
+    "VersionPolicy",
     "VersionState",
     "VersionStatus",
     "check_compatibility",
     "current_session",
     "manage",
+    "restore_checkpoint",
     "serving_function",
 ]

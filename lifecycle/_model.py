@@ -9,12 +9,14 @@ state and the optimizer, and collect (now, or through the session's cleaner).
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import keras
 
 from . import _tf
+from ._checkpoints import CheckpointKeeper, keeper_of
 from ._core import ModelState, check_timeout
 from ._record import _DEFAULT, DEFAULT_DISPOSE_TIMEOUT, DisposeReport, ModelRecord, disposed_error
 from ._session import LifecycleSession, current_session
@@ -200,6 +202,51 @@ class ManagedModel(keras.Model):
             10485760
         """
         return self._lifecycle.dispose(self, timeout, collect)
+
+    def checkpoints(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_to_keep: int | None = 5,
+        keep_every_n_hours: float | None = None,
+        async_save: bool = False,
+    ) -> CheckpointKeeper:
+        """The model's checkpoint keeper for ``directory``, created on first use.
+
+        The keeper saves and restores the model, its optimizer and a step
+        counter by object graph (``tf.train.Checkpoint``), keeps the newest
+        ``max_to_keep`` (``tf.train.CheckpointManager``), and belongs to the
+        model: ``dispose()`` flushes its pending write and closes it.
+
+        Args:
+            directory: Where the checkpoints go; created on the first save.
+            max_to_keep: How many recent checkpoints to keep; ``None`` keeps all.
+            keep_every_n_hours: Also keep one checkpoint per this many hours.
+            async_save: Write in a background thread after a quick copy to host
+                memory; the copy is released on ``dispose()``.
+
+        Returns:
+            The :class:`CheckpointKeeper`; the same one on later calls with the
+            same directory.
+
+        Raises:
+            DisposedError: The model was disposed.
+            ValueError: A bad option, or options that differ from those of the
+                keeper already open for ``directory``.
+            CheckpointError: ``directory`` exists and is not a directory.
+
+        Example:
+            >>> keeper = model.checkpoints("ckpts", max_to_keep=3)  # doctest: +SKIP
+            >>> keeper.save(), keeper.list()  # doctest: +SKIP
+            ('ckpts/ckpt-1', ['ckpts/ckpt-1'])
+        """
+        return keeper_of(
+            self,
+            directory,
+            max_to_keep=max_to_keep,
+            keep_every_n_hours=keep_every_n_hours,
+            async_save=async_save,
+        )
 
     def compile_from_config(self, config: dict[str, Any]) -> None:
         """Compile from a saved config, as ``keras.Model.compile_from_config`` does.

@@ -157,6 +157,7 @@ class ModelRecord:
             # a step below fails, and a later dispose() retries the release.
             self.state = ModelState.DISPOSED
             self.name = model.name
+            self._flush_dependents()
             leaves = _tf.model_leaves(model)
             bytes_released, variables_released = _tf.release(leaves)
             purged = _tf.purge_gradient_registry(leaf.handle for leaf in leaves)
@@ -182,6 +183,19 @@ class ModelRecord:
                 collect_seconds=time.perf_counter() - released,
             )
             return self.report
+
+    def _flush_dependents(self) -> None:
+        # Pending checkpoint writes go to disk before any buffer is released.
+        for dependent in list(self.dependents):
+            flush = getattr(dependent, "_flush", None)
+            if flush is None:
+                continue
+            try:
+                flush()
+            except Exception as error:  # the model is disposed regardless
+                warnings.warn(
+                    f"dispose() of {self.describe()}: {error}", RuntimeWarning, stacklevel=3
+                )
 
     def dispose_owned(self, timeout: float | None) -> None:
         """Dispose the model if it is still alive (its session is closing)."""

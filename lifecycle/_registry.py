@@ -22,20 +22,30 @@ import keras
 import tensorflow as tf
 
 from . import _tf
+from ._checkpoints import latest_checkpoint, restore_checkpoint
 from ._core import CleanupStrategy, check_timeout
 from ._core._routing import check_key, check_weights, pick
 from ._model import ManagedModel, manage
 from ._serving import ServingFunction, serving_function
 from ._session import LifecycleSession
+from ._sources import ScanReport, Source, VersionPolicy, available_versions
 from .errors import (
     BudgetExceededError,
+    CheckpointError,
     LifecycleError,
     LoadError,
     UnavailableError,
     UnknownModelError,
 )
 
-__all__ = ["ModelRegistry", "SwapPolicy", "VersionState", "VersionStatus"]
+__all__ = [
+    "ModelRegistry",
+    "ScanReport",
+    "SwapPolicy",
+    "VersionPolicy",
+    "VersionState",
+    "VersionStatus",
+]
 
 
 class SwapPolicy(enum.Enum):
@@ -221,6 +231,8 @@ class ModelRegistry:
     _closed: bool = attrs.field(default=False, init=False, repr=False)
     # (name, version) of loads in progress: requests for them wait, not fail.
     _loading: set[tuple[str, int]] = attrs.field(factory=set, init=False, repr=False)
+    # Watched base paths by model name.
+    _sources: dict[str, Source] = attrs.field(factory=dict, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         for field in ("memory_budget", "max_loaded"):
@@ -251,6 +263,8 @@ class ModelRegistry:
         warmup: Any = None,
         estimated_bytes: int | None = None,
         safe_mode: bool = True,
+        checkpoint: str | os.PathLike[str] | None = None,
+        strict: bool = True,
     ) -> VersionStatus:
         """Load a version, isolated and warmed up, and make it routable.
 
@@ -273,6 +287,12 @@ class ModelRegistry:
                 the budget before building. Read from the archive for files.
             safe_mode: Keras ``safe_mode`` for files (refuses arbitrary code in
                 lambdas); turn off only for files you trust.
+            checkpoint: A checkpoint prefix, or a directory (its latest
+                checkpoint), to restore into the built model before warm-up.
+                Checked first (CRCs, object match; see
+                :func:`restore_checkpoint`); an optimizer's values are skipped
+                when the factory's model has none.
+            strict: Refuse a checkpoint that does not match the model.
 
         Returns:
             The new version's :class:`VersionStatus`.
@@ -281,10 +301,14 @@ class ModelRegistry:
             ValueError: A bad name or version, or the version is already loaded.
             FileNotFoundError: ``source`` is a path that does not exist.
             BudgetExceededError: The version cannot fit; nothing changed.
+            CheckpointError: The checkpoint is missing, truncated, corrupt or
+                does not match; the partial model was disposed and nothing else
+                changed.
             LoadError: The factory, the file or the warm-up failed; the partial
                 model was disposed and nothing else changed.
         """
         name, version = _check_name(name), _check_version(version)
+        prefix = latest_checkpoint(checkpoint) if checkpoint is not None else None
         labels = tuple(labels)
         for label in labels:
             _check_label(label)
@@ -302,7 +326,7 @@ class ModelRegistry:
                 self._loading.add((name, version))
             try:
                 self._make_room(name, estimate or 0, extra_versions=1)
-                loaded = self._build(name, version, factory, warmup)
+                loaded = self._build(name, version, factory, warmup, prefix, strict)
                 try:
                     self._make_room(name, 0, extra_versions=0, exclude=loaded)
                 except BudgetExceededError:
@@ -343,7 +367,13 @@ class ModelRegistry:
         )
 
     def _build(
-        self, name: str, version: int, factory: Callable[[], keras.Model], warmup: Any
+        self,
+        name: str,
+        version: int,
+        factory: Callable[[], keras.Model],
+        warmup: Any,
+        checkpoint: str | None,
+        strict: bool,
     ) -> _Version:
         session = LifecycleSession(
             cleanup=CleanupStrategy.ON_SESSION_CLOSE,
@@ -362,6 +392,9 @@ class ModelRegistry:
                         f"the factory returned {type(model).__qualname__}, not a keras.Model"
                     )
                 model = manage(model, session=session)
+                if checkpoint is not None:
+                    stage = "checkpoint restore"
+                    restore_checkpoint(model, checkpoint, strict=strict)
                 stage = "warm-up"
                 sample = warmup if warmup is not None else _sample_from_inputs(model)
                 if sample is None:
@@ -370,6 +403,9 @@ class ModelRegistry:
                     )
                 serve = serving_function(model, _specs(sample))
                 serve(sample)
+        except CheckpointError:
+            session.close()
+            raise
         except Exception as error:
             session.close()
             raise LoadError(
@@ -675,6 +711,166 @@ class ModelRegistry:
             loaded.model = loaded.serve = None
             self._cond.notify_all()
 
+    # -- version directories ---------------------------------------------------------
+
+    def watch(
+        self,
+        name: str,
+        base_path: str | os.PathLike[str],
+        factory: Callable[[], keras.Model],
+        *,
+        policy: VersionPolicy | None = None,
+        warmup: Any = None,
+        strict: bool = True,
+    ) -> ScanReport:
+        """Serve the versions of ``name`` found under ``base_path``, and scan it now.
+
+        ``base_path`` holds one directory of checkpoints per version,
+        ``<base_path>/<version>/`` (TensorFlow Serving's layout; a
+        :class:`CheckpointKeeper` writing to ``<base_path>/7`` makes version 7).
+        Each :meth:`scan` loads the versions the policy wants and does not have
+        yet (the factory builds the model, the version's latest checkpoint is
+        restored into it), makes the newest wanted version the default, and
+        retires the versions this watch loaded that left the policy, through
+        the normal drain.
+
+        Args:
+            name: The model's name.
+            base_path: The directory of version directories.
+            factory: Builds a fresh, untrained model of the right architecture.
+            policy: Which versions to serve; :meth:`VersionPolicy.latest` by default.
+            warmup: Sample input for the serving path (see :meth:`load`).
+            strict: Refuse checkpoints that do not match the model.
+
+        Returns:
+            The first scan's :class:`ScanReport`.
+
+        Raises:
+            CheckpointError: ``base_path`` is not a directory; nothing changed.
+            ValueError: ``name`` is already watched, or a bad argument.
+        """
+        name = _check_name(name)
+        if not callable(factory):
+            raise TypeError(f"`factory` must be a zero-argument callable. Received: {factory!r}")
+        policy = VersionPolicy.latest() if policy is None else policy
+        if not isinstance(policy, VersionPolicy):
+            raise TypeError(f"`policy` must be a VersionPolicy. Received: {policy!r}")
+        base = os.path.abspath(os.fspath(base_path))
+        available_versions(base)  # fail now on a missing directory
+        with self._admin:
+            self._check_open()
+            if name in self._sources:
+                raise ValueError(
+                    f"{name!r} already watches {self._sources[name].base!r}; unwatch() it first."
+                )
+            self._sources[name] = Source(base, factory, policy, warmup, strict)
+        return self.scan(name)
+
+    def unwatch(self, name: str) -> None:
+        """Stop watching ``name``'s base path; its loaded versions stay loaded.
+
+        Raises:
+            UnknownModelError: ``name`` is not watched.
+        """
+        with self._admin:
+            if self._sources.pop(name, None) is None:
+                raise UnknownModelError(
+                    f"{name!r} is not watched. Watched: {sorted(self._sources)}"
+                )
+
+    def scan(self, name: str) -> ScanReport:
+        """Bring ``name``'s loaded versions in line with its watched base path.
+
+        Under ``AVAILABILITY_PRESERVING``, new versions load before old ones
+        retire; under ``RESOURCE_PRESERVING``, versions that left the policy
+        retire first. A version that fails to load (a corrupt checkpoint, a
+        failing factory) is reported in :attr:`ScanReport.failed` and does not
+        stop the others; the serving version keeps serving.
+
+        Raises:
+            UnknownModelError: ``name`` is not watched.
+            CheckpointError: The base path disappeared; nothing changed.
+        """
+        with self._admin:
+            self._check_open()
+            source = self._sources.get(name)
+            if source is None:
+                raise UnknownModelError(
+                    f"{name!r} is not watched. Watched: {sorted(self._sources)}"
+                )
+            available = available_versions(source.base)
+            wanted = source.policy.select(available)
+            with self._cond:
+                entry = self._entries.get(name)
+                present = set(entry.versions) if entry is not None else set()
+            # A version unloaded by hand is the registry's business, not ours.
+            source.served &= present
+            leaving = sorted(source.served - wanted)
+            retired: list[int] = []
+            if self.swap_policy is SwapPolicy.RESOURCE_PRESERVING:
+                retired += self._retire_leaving(name, leaving, wanted)
+            loaded, failed = [], []
+            for version in sorted(wanted - present):
+                try:
+                    self.load(
+                        name,
+                        version,
+                        source.factory,
+                        warmup=source.warmup,
+                        checkpoint=os.path.join(source.base, str(version)),
+                        strict=source.strict,
+                    )
+                except (LoadError, CheckpointError, BudgetExceededError) as error:
+                    failed.append((version, f"{type(error).__name__}: {error}"))
+                else:
+                    loaded.append(version)
+                    source.served.add(version)
+            with self._cond:
+                entry = self._entries.get(name)
+                ready = [v for v in sorted(wanted) if entry and v in _ready(entry)]
+                if ready and (entry.default is None or entry.default < ready[-1]):
+                    entry.default = ready[-1]
+                    self._cond.notify_all()
+            if self.swap_policy is SwapPolicy.AVAILABILITY_PRESERVING:
+                retired += self._retire_leaving(name, leaving, wanted)
+            with self._cond:
+                entry = self._entries.get(name)
+                default = entry.default if entry is not None else None
+            return ScanReport(
+                name=name,
+                available=tuple(available),
+                wanted=tuple(sorted(wanted)),
+                loaded=tuple(loaded),
+                retired=tuple(retired),
+                failed=tuple(failed),
+                default=default,
+            )
+
+    def _retire_leaving(self, name: str, leaving: list[int], wanted: frozenset[int]) -> list[int]:
+        """Retire versions that left a watch's policy; labels and routes on them go too."""
+        source = self._sources[name]
+        retired = []
+        for version in leaving:
+            with self._cond:
+                entry = self._entries.get(name)
+                loaded = entry.versions.get(version) if entry is not None else None
+                if loaded is None or loaded.state is not VersionState.READY:
+                    source.served.discard(version)
+                    continue
+                for label in [k for k, v in entry.labels.items() if v == version]:
+                    del entry.labels[label]
+                if entry.route is not None and any(
+                    entry.version_of(target) == version for target, _ in entry.route
+                ):
+                    entry.route = None
+                if entry.default == version:
+                    others = [v for v in _ready(entry) if v in wanted]
+                    entry.default = others[-1] if others else None
+            self._retire(loaded, wait=False)
+            source.served.discard(version)
+            retired.append(version)
+        return retired
+
     # -- status and close ------------------------------------------------------------
 
     def status(self, name: str | None = None) -> tuple[VersionStatus, ...]:
@@ -723,6 +919,7 @@ class ModelRegistry:
                 for entry in self._entries.values():
                     entry.labels.clear()
                     entry.route = None
+            self._sources.clear()
             for loaded in versions:
                 self._retire(loaded, wait=True)
             with self._cond:

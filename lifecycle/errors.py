@@ -13,13 +13,15 @@ know this library::
     ├── UnknownModelError(LookupError)        a registry name, version or label that is not loaded
     ├── LoadError(RuntimeError)               a registry load failed (factory, file, warm-up)
     ├── BudgetExceededError(MemoryError)      a load cannot fit the registry's budget
-    └── UnavailableError(TimeoutError)        no routable version appeared within the wait
+    ├── UnavailableError(TimeoutError)        no routable version appeared within the wait
+    └── CheckpointError(RuntimeError)         a checkpoint is missing, corrupt or does not match
 """
 
 from __future__ import annotations
 
 __all__ = [
     "BudgetExceededError",
+    "CheckpointError",
     "CompatibilityError",
     "DisposeInProgressError",
     "DisposedError",
@@ -97,3 +99,29 @@ class BudgetExceededError(LifecycleError, MemoryError):
 
 class UnavailableError(LifecycleError, TimeoutError):
     """No routable version of a model appeared within the wait (a swap gap)."""
+
+
+class CheckpointError(LifecycleError, RuntimeError):
+    """A checkpoint is missing, truncated or corrupt, or does not match the model.
+
+    Raised before anything is restored: the model (or the registry's serving
+    version) is unchanged.
+
+    Attributes:
+        path: The checkpoint prefix or directory concerned.
+        missing: Objects of the model that the checkpoint has no value for.
+        unexpected: Checkpoint values that nothing in the model matches.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        missing: tuple[str, ...] = (),
+        unexpected: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.missing = missing
+        self.unexpected = unexpected

@@ -7,6 +7,7 @@ here; ``check_compatibility()`` exercises each of them.
 from __future__ import annotations
 
 try:
+    from . import _checkpoint as checkpoint
     from . import _keras as keras_internals
     from ._compat import CompatibilityReport, check_compatibility
     from ._keras import clear_session_preserving_caller_state
@@ -29,6 +30,7 @@ except (ImportError, AttributeError) as exc:  # an internal module or name moved
 __all__ = [
     "CompatibilityReport",
     "check_compatibility",
+    "checkpoint",
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
     "is_released",

@@ -7,16 +7,20 @@ installed versions and the internal, instead of the library silently leaking.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from collections.abc import Callable
 
 import attrs
 import keras
 import tensorflow as tf
+from keras.src.backend.tensorflow import core as keras_tf_core
+from tensorflow.python.checkpoint import async_checkpoint_helper
 from tensorflow.python.framework import func_graph as func_graph_lib
 
 from ..errors import CompatibilityError
-from . import _keras, _purge, _release, _resources
+from . import _checkpoint, _keras, _purge, _release, _resources
 
 
 @attrs.frozen
@@ -79,12 +83,33 @@ def _check_functional_construction() -> None:
     assert issubclass(_keras.Functional, keras.Model)
 
 
+def _check_checkpoint_graph() -> None:
+    variable = tf.Variable([1.0, 2.0])
+    with tempfile.TemporaryDirectory() as directory:
+        prefix = tf.train.Checkpoint(kept=variable).write(os.path.join(directory, "c"))
+        graph = _checkpoint.object_graph(_checkpoint.verify(prefix))
+    root = tf.train.Checkpoint(kept=variable)
+    matched = _checkpoint.match(root, graph)
+    assert any(obj is variable for obj in matched.values()), matched
+    assert _checkpoint.node_paths(graph)[max(matched)] == "kept", _checkpoint.node_paths(graph)
+
+
+def _check_async_checkpoint() -> None:
+    assert "_copy_trackable_to_cpu" in vars(keras_tf_core.Variable)
+    helper = async_checkpoint_helper.AsyncCheckpointHelper
+    for name in ("_join_async_save_thread", "_ensure_initialized", "sync"):
+        assert callable(getattr(helper, name, None)), name
+    assert hasattr(tf.train.Checkpoint(), "_async_checkpointer_impl")
+
+
 _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("keras.Variable._value holds the tf.Variable", _check_keras_variable_value),
     ("AssignVariableOp releases a buffer", _check_release),
     ("FuncGraph.external_captures/outer_graph", _check_func_graph),
     ("ops._gradient_registry CustomGradient closures", _check_gradient_registry),
     ("keras functional construction", _check_functional_construction),
+    ("checkpoint object graph and matching", _check_checkpoint_graph),
+    ("async checkpoint helper and Keras variable copy", _check_async_checkpoint),
 )
 
 _lock = threading.Lock()

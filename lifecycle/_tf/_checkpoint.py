@@ -1,0 +1,222 @@
+"""Mechanism D: object-graph checkpoints, and the internals they need.
+
+Three things ``tf.train.Checkpoint`` does not do for Keras 3 models:
+
+- **Async saves past the first.** Keras's ``Variable._copy_trackable_to_cpu``
+  creates a new ``tf.Variable`` on every call; TensorFlow calls it inside a
+  ``tf.function`` on every save after the first, which refuses to create
+  variables twice. ``fix_async_copy()`` makes it reuse the CPU copy of the
+  inner variable, which TensorFlow already keeps up to date.
+- **Letting go of an async checkpointer.** The helper behind async saves keeps
+  a CPU copy of every variable, a thread, and an ``atexit`` hook that holds it
+  (and so the model) until the process exits. ``shutdown_async()`` flushes,
+  stops the thread, unregisters the hook and releases the copies.
+- **Restoring only what is sound.** ``Checkpoint.restore`` does not check the
+  stored CRCs (a flipped byte restores silently) and applies what it matched
+  before anyone can look at what it did not. ``verify()`` reads every tensor
+  through the checkpoint reader, which does check them, and ``match()`` pairs
+  the checkpoint's object graph with Python objects without restoring
+  anything, so a caller can refuse a mismatch before the model changes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import tensorflow as tf
+from keras.src.backend.tensorflow import core as keras_tf_core
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+from ._release import release
+
+__all__ = [
+    "OBJECT_GRAPH_KEY",
+    "child_ids",
+    "children",
+    "descendants",
+    "fix_async_copy",
+    "match",
+    "node_paths",
+    "object_graph",
+    "reachable",
+    "shutdown_async",
+    "valued_nodes",
+    "verify",
+]
+
+#: Key of the serialized object graph inside a TF2 checkpoint.
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+_fix_lock = threading.Lock()
+_fixed = False
+
+
+def _copy_trackable_to_cpu(self: Any, object_map: Any) -> None:
+    # The inner tf.Variable creates its CPU copy once and refreshes it on each
+    # save; the Keras variable shares it instead of wrapping it anew.
+    self.value._copy_trackable_to_cpu(object_map)
+    object_map[self] = object_map[self.value]
+
+
+def fix_async_copy() -> None:
+    """Make async checkpoint saves of Keras 3 variables work past the first (idempotent)."""
+    global _fixed
+    with _fix_lock:
+        if not _fixed:
+            keras_tf_core.Variable._copy_trackable_to_cpu = _copy_trackable_to_cpu
+            _fixed = True
+
+
+def shutdown_async(checkpoint: tf.train.Checkpoint) -> int:
+    """Flush and dismantle ``checkpoint``'s async helper, if it has one.
+
+    Waits for the save in progress, stops the helper's thread, unregisters its
+    ``atexit`` hook and releases its CPU copies of the variables.
+
+    Returns:
+        Bytes of CPU copies released.
+
+    Raises:
+        Exception: Whatever the last async save raised, after the cleanup.
+    """
+    helper = getattr(checkpoint, "_async_checkpointer_impl", None)
+    if helper is None:
+        return 0
+    checkpoint._async_checkpointer_impl = None
+    atexit.unregister(helper._join_async_save_thread)
+    try:
+        if getattr(helper, "_initialized", False):
+            # Waits for the save in progress, then ends the thread.
+            helper._join_async_save_thread()
+    finally:
+        copies = getattr(helper, "_object_map", None) or {}
+        variables = {id(v): v for v in copies.values() if isinstance(v, tf.Variable)}
+        released, _ = release(variables.values())
+        if copies:
+            copies.clear()
+    return released
+
+
+def verify(prefix: str) -> tf.train.CheckpointReader:
+    """Read every tensor of the checkpoint at ``prefix``, checking its CRC.
+
+    Returns:
+        The checkpoint reader.
+
+    Raises:
+        tf.errors.OpError, ValueError, IndexError: the files are missing,
+            truncated or corrupt (TensorFlow's own error).
+    """
+    reader = tf.train.load_checkpoint(prefix)
+    for key in reader.get_variable_to_dtype_map():
+        reader.get_tensor(key)
+    return reader
+
+
+def object_graph(
+    reader: tf.train.CheckpointReader,
+) -> trackable_object_graph_pb2.TrackableObjectGraph:
+    """The object graph a TF2 checkpoint was saved with."""
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH_KEY))
+    return graph
+
+
+def children(obj: Any) -> dict[str, Any]:
+    """The named trackable children of ``obj``, as a checkpoint sees them."""
+    return dict(tf.train.TrackableView.children(obj))
+
+
+def descendants(obj: Any) -> list[Any]:
+    """Every trackable reachable from ``obj`` (``obj`` first)."""
+    return list(tf.train.TrackableView(obj).descendants())
+
+
+def match(root: Any, graph: trackable_object_graph_pb2.TrackableObjectGraph) -> dict[int, Any]:
+    """Pair checkpoint nodes with Python objects the way a restore would, restoring nothing.
+
+    Node 0 is ``root``; a child node matches the parent's Python child of the
+    same local name. A node reachable by several paths matches once.
+
+    Returns:
+        ``{node id: Python object}`` for every matched node.
+    """
+    matched: dict[int, Any] = {0: root}
+    queue = deque([0])
+    while queue:
+        node_id = queue.popleft()
+        named = children(matched[node_id])
+        for reference in graph.nodes[node_id].children:
+            child = named.get(reference.local_name)
+            if child is not None and reference.node_id not in matched:
+                matched[reference.node_id] = child
+                queue.append(reference.node_id)
+    return matched
+
+
+def node_paths(graph: trackable_object_graph_pb2.TrackableObjectGraph) -> dict[int, str]:
+    """A readable ``a/b/c`` path for every node.
+
+    Paths go through the root's ``model`` child, and around optimizers, where
+    they can: ``model/layers/1/bias`` rather than ``optimizer/_variables/3``.
+    """
+    models = child_ids(graph, [0], "model")
+    optimizers = child_ids(graph, [0, *models], "optimizer")
+    paths = {0: ""}
+    for first_pass in (True, False):
+        visited = {0}
+        queue = deque([0])
+        while queue:
+            node_id = queue.popleft()
+            for reference in graph.nodes[node_id].children:
+                child = reference.node_id
+                if child in visited or (
+                    first_pass and (child in optimizers or (node_id == 0 and child not in models))
+                ):
+                    continue
+                visited.add(child)
+                if child not in paths:
+                    parent = paths[node_id]
+                    paths[child] = (
+                        f"{parent}/{reference.local_name}" if parent else reference.local_name
+                    )
+                queue.append(child)
+    return paths
+
+
+def child_ids(
+    graph: trackable_object_graph_pb2.TrackableObjectGraph, node_ids: Iterable[int], name: str
+) -> set[int]:
+    """Ids of the children called ``name`` of the given nodes."""
+    return {
+        reference.node_id
+        for node_id in node_ids
+        for reference in graph.nodes[node_id].children
+        if reference.local_name == name
+    }
+
+
+def reachable(
+    graph: trackable_object_graph_pb2.TrackableObjectGraph,
+    starts: Iterable[int],
+    avoid: Iterable[int] = (),
+) -> set[int]:
+    """Nodes reachable from ``starts`` (included) without entering ``avoid``."""
+    blocked = set(avoid)
+    seen = {n for n in starts if n not in blocked}
+    queue = deque(seen)
+    while queue:
+        for reference in graph.nodes[queue.popleft()].children:
+            if reference.node_id not in seen and reference.node_id not in blocked:
+                seen.add(reference.node_id)
+                queue.append(reference.node_id)
+    return seen
+
+
+def valued_nodes(graph: trackable_object_graph_pb2.TrackableObjectGraph) -> Iterator[int]:
+    """Ids of the nodes that carry saved values."""
+    return (i for i, node in enumerate(graph.nodes) if node.attributes)

@@ -1,0 +1,256 @@
+"""Owned checkpoints: keeper, async saves, strict and verified restores, crash safety."""
+
+from __future__ import annotations
+
+import gc
+import os
+import weakref
+
+import keras
+import numpy as np
+import pytest
+
+import lifecycle as lc
+from lifecycle import _tf
+
+X = np.random.default_rng(0).random((32, 8), dtype=np.float32)
+Y = np.random.default_rng(1).random((32, 2), dtype=np.float32)
+
+
+def make(units=16, *, extra=False, compiled=True):
+    layers = [keras.Input((8,)), keras.layers.Dense(units), keras.layers.Dense(2)]
+    if extra:
+        layers.append(keras.layers.Dense(2))
+    model = lc.manage(keras.Sequential(layers))
+    if compiled:
+        model.compile(keras.optimizers.Adam(0.01), "mse")
+    return model
+
+
+def trained(steps=2, **kwargs):
+    model = make(**kwargs)
+    for _ in range(steps):
+        model.train_on_batch(X, Y)
+    return model
+
+
+def values(variables):
+    return [np.array(v.numpy()) for v in variables]
+
+
+def same(a, b):
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def data_file(prefix):
+    return prefix + ".data-00000-of-00001"
+
+
+def test_save_and_restore_weights_slots_iterations_and_step(tmp_path):
+    model = trained()
+    keeper = model.checkpoints(tmp_path / "ckpt")
+    prefix = keeper.save()
+    assert prefix == str(tmp_path / "ckpt" / "ckpt-1") and keeper.step == 1
+    saved_weights, saved_optimizer = values(model.weights), values(model.optimizer.variables)
+    model.train_on_batch(X, Y)
+    assert not same(values(model.weights), saved_weights)
+
+    assert keeper.restore() == prefix
+    assert same(values(model.weights), saved_weights)
+    assert same(values(model.optimizer.variables), saved_optimizer)
+    assert int(model.optimizer.iterations.numpy()) == 2
+
+
+def test_retention_numbering_and_listing(tmp_path):
+    keeper = trained(steps=1).checkpoints(tmp_path, max_to_keep=2)
+    assert keeper.latest is None and keeper.list() == []
+    paths = [keeper.save() for _ in range(3)]
+    assert keeper.list() == paths[1:] and keeper.latest == paths[-1]
+    assert not os.path.exists(paths[0] + ".index")
+    assert keeper.save(step=100).endswith("ckpt-100") and keeper.step == 100
+    assert keeper.save().endswith("ckpt-101")
+
+
+def test_same_directory_same_keeper_and_bad_options(tmp_path):
+    model = make()
+    keeper = model.checkpoints(tmp_path)
+    assert model.checkpoints(str(tmp_path)) is keeper
+    with pytest.raises(ValueError, match="already has a checkpoint keeper"):
+        model.checkpoints(tmp_path, max_to_keep=9)
+    with pytest.raises(ValueError, match="max_to_keep"):
+        model.checkpoints(tmp_path / "b", max_to_keep=0)
+    with pytest.raises(ValueError, match="keep_every_n_hours"):
+        model.checkpoints(tmp_path / "c", keep_every_n_hours=-1)
+    with pytest.raises(ValueError, match="step"):
+        keeper.save(step=-1)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(lc.CheckpointError, match="not a directory"):
+        model.checkpoints(tmp_path / "file")
+
+
+def test_async_saves_work_every_time_and_dispose_releases_the_cpu_copy(tmp_path):
+    model = trained(steps=1)
+    keeper = model.checkpoints(tmp_path, async_save=True)
+    for _ in range(4):  # Keras 3 variables used to fail on the second async save
+        model.train_on_batch(X, Y)
+        last = keeper.save()
+    expected = values(model.weights)
+    checkpoint = keeper._checkpoint
+    copies = list(checkpoint._async_checkpointer_impl._object_map.values())
+    assert copies and not any(_tf.is_released(c) for c in copies)
+
+    model.dispose()  # flushes the pending write, then drops the keeper
+    assert all(_tf.is_released(c) for c in copies)
+    assert checkpoint._async_checkpointer_impl is None
+    ref = weakref.ref(model)
+    del model, keeper, checkpoint, copies
+    gc.collect()
+    assert ref() is None, "the async helper still holds the model"
+
+    fresh = make()
+    lc.restore_checkpoint(fresh, last)
+    assert same(values(fresh.weights), expected)
+
+
+def test_restore_under_another_prefix_before_the_optimizer_is_built(tmp_path):
+    source = trained()
+    prefix = source.checkpoints(tmp_path).save()
+    with lc.ModelRegistry() as registry, _tf.isolated_names("risk", "v7"):
+        target = make()
+        assert target.weights[0].path.startswith("risk/v7/")
+        assert not target.optimizer.built
+        del registry
+    lc.restore_checkpoint(target, prefix)
+    assert same(values(target.weights), values(source.weights))
+    # The optimizer's slots arrive when it builds (deferred restore).
+    target.optimizer.build(target.trainable_variables)
+    assert same(values(target.optimizer.variables), values(source.optimizer.variables))
+
+
+def test_weights_only_restore_into_a_model_without_optimizer(tmp_path):
+    source = trained()
+    prefix = source.checkpoints(tmp_path).save()
+    serving = make(compiled=False)
+    assert lc.restore_checkpoint(serving, tmp_path) == prefix
+    assert same(values(serving.weights), values(source.weights))
+
+
+def test_strict_restore_names_missing_and_unexpected_objects_and_changes_nothing(tmp_path):
+    prefix = trained().checkpoints(tmp_path).save()
+    bigger = make(extra=True, compiled=False)
+    before = values(bigger.weights)
+    with pytest.raises(lc.CheckpointError, match="missing from the checkpoint") as caught:
+        lc.restore_checkpoint(bigger, prefix)
+    assert caught.value.missing == tuple(sorted(v.path for v in bigger.layers[2].weights))
+    assert same(values(bigger.weights), before)
+
+    smaller = lc.manage(keras.Sequential([keras.Input((8,)), keras.layers.Dense(16)]))
+    with pytest.raises(lc.CheckpointError, match="not in the model") as caught:
+        lc.restore_checkpoint(smaller, prefix)
+    unexpected = caught.value.unexpected  # the second Dense layer's kernel and bias
+    assert len(unexpected) == 2 and all(u.startswith("model/") for u in unexpected), unexpected
+    assert {u.rsplit("/", 1)[1].strip("_") for u in unexpected} == {"kernel", "bias"}
+
+    # Non-strict restores what matches.
+    lc.restore_checkpoint(bigger, prefix, strict=False)
+    assert not same(values(bigger.weights)[:4], before[:4])
+    assert same(values(bigger.weights)[4:], before[4:])
+
+
+def test_shape_mismatch_is_refused_even_when_not_strict(tmp_path):
+    prefix = trained().checkpoints(tmp_path).save()
+    other = make(units=4)
+    before = values(other.weights)
+    with pytest.raises(lc.CheckpointError, match="another shape") as caught:
+        lc.restore_checkpoint(other, prefix, strict=False)
+    assert any("(checkpoint (8, 16), model (8, 4))" in item for item in caught.value.unexpected)
+    assert same(values(other.weights), before)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_corrupt_checkpoint_is_refused_and_the_model_is_unchanged(tmp_path, damage):
+    prefix = trained().checkpoints(tmp_path).save()
+    path = data_file(prefix)
+    with open(path, "rb") as file:
+        raw = bytearray(file.read())
+    if damage == "flip":
+        raw[100:116] = bytes(b ^ 0xFF for b in raw[100:116])
+    else:
+        raw = raw[: len(raw) // 2]
+    with open(path, "wb") as file:
+        file.write(raw)
+    target = make()
+    target.optimizer.build(target.trainable_variables)
+    before = values(target.weights) + values(target.optimizer.variables)
+    with pytest.raises(lc.CheckpointError, match="truncated or corrupt") as caught:
+        target.checkpoints(tmp_path / "mine").restore(prefix)
+    assert prefix in str(caught.value) and caught.value.path == prefix
+    assert same(values(target.weights) + values(target.optimizer.variables), before)
+
+
+def test_missing_checkpoints_are_clear_errors(tmp_path):
+    model = make()
+    with pytest.raises(lc.CheckpointError, match="No complete checkpoint"):
+        model.checkpoints(tmp_path).restore()
+    with pytest.raises(lc.CheckpointError, match="does not exist"):
+        lc.restore_checkpoint(model, tmp_path / "nowhere" / "ckpt-3")
+    with pytest.raises(lc.CheckpointError, match="neither a directory nor"):
+        lc.restore_checkpoint(model, tmp_path / "ckpt-3")
+
+
+def test_keeper_refuses_work_after_dispose(tmp_path):
+    model = trained(steps=1)
+    keeper = model.checkpoints(tmp_path)
+    keeper.save()
+    model.dispose()
+    with pytest.raises(lc.CheckpointError, match="closed"):
+        keeper.save()
+    with pytest.raises(lc.DisposedError):
+        model.checkpoints(tmp_path)
+
+
+def test_close_then_a_new_keeper(tmp_path):
+    model = trained(steps=1)
+    keeper = model.checkpoints(tmp_path, async_save=True)
+    first = keeper.save()
+    keeper.close()
+    keeper.close()  # idempotent
+    assert os.path.exists(first + ".index")
+    again = model.checkpoints(tmp_path)
+    assert again is not keeper and again.latest == first
+
+
+def test_killed_mid_save_leaves_the_previous_checkpoint_restorable(tmp_path, run_child):
+    # The child saves a 256 MiB model twice; a watcher thread kills the process
+    # as soon as the second save's files start to appear.
+    directory = str(tmp_path)
+    out = run_child(
+        f"""
+        import os, threading, time
+        import keras
+        import lifecycle as lc
+        model = lc.manage(keras.Sequential([keras.Input((4096,)), keras.layers.Dense(16384)]))
+        kernel = model.layers[0].kernel
+        keeper = model.checkpoints({directory!r})
+        kernel.assign(keras.ops.ones_like(kernel))
+        print(keeper.save(), flush=True)
+        kernel.assign(keras.ops.full_like(kernel, 2.0))
+
+        def kill_when_writing():
+            while not any("ckpt-2" in name for name in os.listdir({directory!r})):
+                time.sleep(0.002)
+            time.sleep(0.02)
+            print("killed", flush=True)
+            os._exit(0)
+
+        threading.Thread(target=kill_when_writing, daemon=True).start()
+        keeper.save()
+        print("second save finished", flush=True)
+        """,
+        timeout=180,
+    )
+    assert "killed" in out and "second save finished" not in out, out
+    first = out.splitlines()[0]
+    model = lc.manage(keras.Sequential([keras.Input((4096,)), keras.layers.Dense(16384)]))
+    assert lc.restore_checkpoint(model, tmp_path) == first
+    assert float(model.layers[0].kernel[0, 0]) == 1.0

@@ -1,0 +1,129 @@
+"""Registry and checkpoints: load(checkpoint=...), watched base paths, bad files."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import lifecycle as lc
+
+X = np.ones((2, 4), "float32")
+
+
+def factory():
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Dense(8)(inputs)))
+
+
+def publish(base, version, answer):
+    """Write version `version` under `base`: a model whose every answer is `answer`."""
+    with lc.LifecycleSession(name=f"publish-{version}"):
+        model = lc.manage(factory())
+        model.compile("adam", "mse")
+        model.layers[-1].kernel.assign(np.zeros((8, 1), "float32"))
+        model.layers[-1].bias.assign([float(answer)])
+        prefix = model.checkpoints(base / str(version)).save()
+        model.dispose()
+    return prefix
+
+
+def answer(registry, name="risk", **kwargs):
+    return float(registry.predict(name, X, **kwargs).numpy()[0, 0])
+
+
+def test_load_restores_the_checkpoint_before_serving(tmp_path):
+    publish(tmp_path, 3, 3.0)
+    with lc.ModelRegistry() as registry:
+        registry.load("risk", 3, factory, checkpoint=tmp_path / "3")
+        assert answer(registry) == 3.0
+        with registry.lease("risk") as model:
+            assert model.weights[0].path.startswith("risk/v3/")
+
+
+def test_corrupt_or_missing_checkpoint_leaves_the_serving_version_serving(tmp_path):
+    publish(tmp_path, 1, 1.0)
+    prefix = publish(tmp_path, 2, 2.0)
+    data = prefix + ".data-00000-of-00001"
+    with open(data, "r+b") as file:
+        file.seek(40)
+        file.write(b"\x00" * 32)
+    with lc.ModelRegistry() as registry:
+        registry.load("risk", 1, factory, checkpoint=tmp_path / "1")
+        with pytest.raises(lc.CheckpointError, match="truncated or corrupt") as caught:
+            registry.load("risk", 2, factory, checkpoint=tmp_path / "2")
+        assert caught.value.path == prefix
+        with pytest.raises(lc.CheckpointError, match="does not exist"):
+            registry.load("risk", 4, factory, checkpoint=tmp_path / "nowhere" / "ckpt-1")
+        assert [s.version for s in registry.status()] == [1]
+        assert answer(registry) == 1.0
+
+
+def test_watch_serves_the_latest_and_retires_what_leaves_the_policy(tmp_path):
+    publish(tmp_path, 1, 1.0)
+    publish(tmp_path, 2, 2.0)
+    (tmp_path / "3").mkdir()  # a version still being written: no checkpoint yet
+    (tmp_path / "notes").mkdir()
+    with lc.ModelRegistry() as registry:
+        report = registry.watch("risk", tmp_path, factory, policy=lc.VersionPolicy.latest(1))
+        assert (report.available, report.loaded, report.default) == ((1, 2), (2,), 2)
+        assert answer(registry) == 2.0
+
+        publish(tmp_path, 3, 3.0)
+        report = registry.scan("risk")
+        assert (report.loaded, report.retired, report.default) == ((3,), (2,), 3)
+        assert answer(registry) == 3.0
+        assert [s.version for s in registry.status()] == [3]
+
+        assert registry.scan("risk").loaded == ()  # nothing new
+
+
+def test_watch_policies_all_and_specific(tmp_path):
+    for version in (1, 2, 5):
+        publish(tmp_path, version, float(version))
+    with lc.ModelRegistry() as registry:
+        report = registry.watch("a", tmp_path, factory, policy=lc.VersionPolicy.all())
+        assert report.loaded == (1, 2, 5) and report.default == 5
+        assert answer(registry, "a", version=1) == 1.0
+        report = registry.watch("b", tmp_path, factory, policy=lc.VersionPolicy.specific([2, 9]))
+        assert report.wanted == (2,) and answer(registry, "b") == 2.0
+
+
+def test_watch_reports_a_bad_version_and_serves_the_rest(tmp_path):
+    publish(tmp_path, 1, 1.0)
+    prefix = publish(tmp_path, 2, 2.0)
+    with open(prefix + ".index", "wb") as file:
+        file.write(b"not an index")
+    with lc.ModelRegistry() as registry:
+        report = registry.watch("risk", tmp_path, factory, policy=lc.VersionPolicy.latest(2))
+        assert report.loaded == (1,) and [v for v, _ in report.failed] == [2]
+        assert "CheckpointError" in report.failed[0][1]
+        assert answer(registry) == 1.0
+
+
+def test_watch_errors(tmp_path):
+    with lc.ModelRegistry() as registry:
+        with pytest.raises(lc.CheckpointError, match="does not exist"):
+            registry.watch("risk", tmp_path / "missing", factory)
+        registry.watch("risk", tmp_path, factory)
+        with pytest.raises(ValueError, match="already watches"):
+            registry.watch("risk", tmp_path, factory)
+        registry.unwatch("risk")
+        with pytest.raises(lc.UnknownModelError):
+            registry.scan("risk")
+    with pytest.raises(ValueError, match="n"):
+        lc.VersionPolicy.latest(0)
+    with pytest.raises(ValueError, match="versions"):
+        lc.VersionPolicy.specific([])
+
+
+def test_resource_preserving_watch_retires_before_loading(tmp_path):
+    publish(tmp_path, 1, 1.0)
+    with lc.ModelRegistry(
+        max_loaded=1, swap_policy=lc.SwapPolicy.RESOURCE_PRESERVING, lease_timeout=5
+    ) as registry:
+        registry.watch("risk", tmp_path, factory)
+        publish(tmp_path, 2, 2.0)
+        report = registry.scan("risk")
+        assert (report.retired, report.loaded, report.default) == ((1,), (2,), 2)
+        assert answer(registry) == 2.0
