@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # Stamp files re-run the install when pyproject.toml changes.
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python -m pip install --quiet -e '.[bench,cli,plot]'
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python

@@ -35,6 +35,8 @@ from .errors import LoadError as LoadError
 from .errors import NotAModelError as NotAModelError
 from .errors import UnavailableError as UnavailableError
 from .errors import UnknownModelError as UnknownModelError
+from .monitoring import Statistics as Statistics
+from .monitoring import statistics as statistics
 
 __version__ = "0.1.0"
 
@@ -63,6 +65,7 @@ __all__ = [
     "ServingFunction",
     "SessionState",
     "SessionStatistics",
+    "Statistics",
     "SwapPolicy",
     "UnavailableError",
     "UnknownModelError",
@@ -74,4 +77,5 @@ __all__ = [
     "manage",
     "restore_checkpoint",
     "serving_function",
+    "statistics",
 ]

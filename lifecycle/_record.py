@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import keras
 
-from . import _tf
-from ._core import CallGate, ModelState, check_timeout
+from . import _graveyard, _tf
+from ._core import PROCESS, CallGate, ModelState, check_timeout
 from .errors import DisposedError, DisposeInProgressError, DrainTimeoutError
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ class ModelRecord:
             self.handles = handles
             grown = total - self.accounted_bytes
             self.accounted_bytes = total
+        PROCESS.add("bytes_owned", grown)
         self.owner.cleaner.note_allocated(grown)
 
     # -- dispose ---------------------------------------------------------------
@@ -157,6 +158,7 @@ class ModelRecord:
             # a step below fails, and a later dispose() retries the release.
             self.state = ModelState.DISPOSED
             self.name = model.name
+            _graveyard.bury(model)
             self._flush_dependents()
             leaves = _tf.model_leaves(model)
             bytes_released, variables_released = _tf.release(leaves)
@@ -166,6 +168,7 @@ class ModelRecord:
             for dependent in list(self.dependents):
                 dependent._drop()
             self._forget(cleaned=False)
+            self._account_release(bytes_released)
             released = time.perf_counter()
             if collect:
                 gc.collect()
@@ -223,6 +226,7 @@ class ModelRecord:
             released = sum(n for _, n in alive)
             del alive
             self._forget(cleaned=True)
+            owned = self._account_release(released)
             self.report = DisposeReport(
                 model_name=self.name,
                 bytes_released=released,
@@ -233,15 +237,23 @@ class ModelRecord:
                 collect_seconds=0.0,
             )
             self.owner.cleaner.note_released(released)
-        if self.accounted_bytes:
+        if owned:
             warnings.warn(
                 f"{self.describe()} was garbage-collected without dispose(); session "
-                f"{self.owner.name!r} cleaned up its {self.accounted_bytes} bytes of "
+                f"{self.owner.name!r} cleaned up its {owned} bytes of "
                 "buffers. Call model.dispose() or use `with model:` to release them "
                 "deterministically.",
                 ResourceWarning,
                 stacklevel=1,
             )
+
+    def _account_release(self, released: int) -> int:
+        """Move the model's bytes from owned to released; returns the bytes it owned."""
+        with self.accounting_lock:
+            owned, self.accounted_bytes = self.accounted_bytes, 0
+        PROCESS.add("bytes_owned", -owned)
+        PROCESS.add("bytes_released", released)
+        return owned
 
     def _forget(self, *, cleaned: bool) -> None:
         if self._finalizer is not None:

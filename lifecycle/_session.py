@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import attrs
 
 from . import _tf
-from ._core import Cleaner, CleanerStatistics, CleanupStrategy, SessionState, check_timeout
+from ._core import PROCESS, Cleaner, CleanerStatistics, CleanupStrategy, SessionState, check_timeout
 from .errors import DisposeInProgressError, DrainTimeoutError, LifecycleError
 
 __all__ = [
@@ -289,6 +289,7 @@ class LifecycleSession:
                 )
             self._records[id(record)] = record
         _live_models.add(1)
+        PROCESS.add("models_managed")
 
     def forget(self, record: Owned, *, cleaned: bool) -> None:
         """Stop owning a record whose model was disposed (or cleaned, if ``cleaned``)."""
@@ -296,6 +297,7 @@ class LifecycleSession:
             if self._records.pop(id(record), None) is None:
                 return
             _live_models.add(-1)
+            PROCESS.add("models_cleaned" if cleaned else "models_disposed")
             if cleaned:
                 self._models_cleaned += 1
             else:

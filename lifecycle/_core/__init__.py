@@ -4,11 +4,14 @@ from ._checks import check_timeout as check_timeout
 from ._cleaner import Cleaner as Cleaner
 from ._cleaner import CleanerStatistics as CleanerStatistics
 from ._cleaner import CleanupStrategy as CleanupStrategy
+from ._cleaner import running_cleaners as running_cleaners
+from ._counters import PROCESS as PROCESS
 from ._gate import CallGate as CallGate
 from ._state import ModelState as ModelState
 from ._state import SessionState as SessionState
 
 __all__ = [
+    "PROCESS",
     "CallGate",
     "Cleaner",
     "CleanerStatistics",
@@ -16,4 +19,5 @@ __all__ = [
     "ModelState",
     "SessionState",
     "check_timeout",
+    "running_cleaners",
 ]

@@ -30,6 +30,8 @@ from typing import Any
 
 import attrs
 
+from ._counters import PROCESS
+
 __all__ = ["Cleaner", "CleanerStatistics", "CleanupStrategy"]
 
 logger = logging.getLogger("lifecycle")
@@ -84,6 +86,15 @@ class CleanerStatistics:
 # Background cleaners not yet stopped: stopped at interpreter exit, so no cleaner
 # thread is inside TensorFlow while the interpreter tears down.
 _running_cleaners: weakref.WeakSet[Cleaner] = weakref.WeakSet()
+
+
+# Every cleaner not yet garbage-collected, for process statistics.
+_all_cleaners: weakref.WeakSet[Cleaner] = weakref.WeakSet()
+
+
+def running_cleaners() -> list[Cleaner]:
+    """Every cleaner still referenced (for process statistics)."""
+    return list(_all_cleaners)
 
 
 @atexit.register
@@ -143,6 +154,7 @@ class Cleaner:
     _pressure: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
+        _all_cleaners.add(self)
         if self.strategy is CleanupStrategy.IN_BACKGROUND:
             self._thread = threading.Thread(
                 target=self._loop, name=f"lifecycle-cleaner-{self.name}", daemon=True
@@ -324,6 +336,8 @@ class Cleaner:
         started = time.perf_counter()
         self.collector()
         elapsed = time.perf_counter() - started
+        PROCESS.add("collections")
+        PROCESS.add("collection_seconds", elapsed)
         with self._lock:
             self._collections += 1
             self._collection_seconds += elapsed

@@ -9,10 +9,11 @@ from __future__ import annotations
 try:
     from . import _checkpoint as checkpoint
     from . import _keras as keras_internals
+    from . import _memory as memory
     from ._compat import CompatibilityReport, check_compatibility
     from ._keras import clear_session_preserving_caller_state
     from ._naming import isolated_names
-    from ._purge import custom_gradient_entries, purge_gradient_registry
+    from ._purge import custom_gradient_entries, live_func_graphs, purge_gradient_registry
     from ._release import is_released, release
     from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
@@ -39,6 +40,8 @@ __all__ = [
     "keras_variables",
     "leaf_nbytes",
     "leaves",
+    "live_func_graphs",
+    "memory",
     "model_leaves",
     "purge_gradient_registry",
     "release",

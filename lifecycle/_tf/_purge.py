@@ -12,6 +12,7 @@ being disposed are deleted, plus entries pinned to Keras's shape-inference
 from __future__ import annotations
 
 import contextlib
+import gc
 import types
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -118,3 +119,8 @@ def _pins(graph: FuncGraph, handle_ids: set[int]) -> bool:
 def custom_gradient_entries() -> int:
     """How many ``CustomGradient-*`` entries the registry holds right now."""
     return sum(1 for name in list(registry()) if name.startswith(_CUSTOM_GRADIENT_PREFIX))
+
+
+def live_func_graphs() -> int:
+    """Traced graphs (``FuncGraph`` objects) alive in the process; walks the GC heap."""
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, FuncGraph))

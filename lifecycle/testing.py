@@ -1,0 +1,1 @@
+"""Leak assertions and a pytest plugin for users' test suites (being written)."""
