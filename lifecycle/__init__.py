@@ -7,10 +7,12 @@ from ._core import CleanupStrategy as CleanupStrategy
 from ._core import ModelState as ModelState
 from ._core import SessionState as SessionState
 from ._model import ManagedModel as ManagedModel
+from ._model import ModelStatistics as ModelStatistics
 from ._model import manage as manage
 from ._record import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
 from ._record import DisposeReport as DisposeReport
 from ._registry import ModelRegistry as ModelRegistry
+from ._registry import RegistryStatistics as RegistryStatistics
 from ._registry import ScanReport as ScanReport
 from ._registry import SwapPolicy as SwapPolicy
 from ._registry import VersionPolicy as VersionPolicy
@@ -60,7 +62,9 @@ __all__ = [
     "ManagedModel",
     "ModelRegistry",
     "ModelState",
+    "ModelStatistics",
     "NotAModelError",
+    "RegistryStatistics",
     "ScanReport",
     "ServingFunction",
     "SessionState",

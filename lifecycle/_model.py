@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import attrs
 import keras
 
 from . import _tf
@@ -22,7 +23,7 @@ from ._record import _DEFAULT, DEFAULT_DISPOSE_TIMEOUT, DisposeReport, ModelReco
 from ._session import LifecycleSession, current_session
 from .errors import NotAModelError
 
-__all__ = ["DEFAULT_DISPOSE_TIMEOUT", "DisposeReport", "ManagedModel", "manage"]
+__all__ = ["DEFAULT_DISPOSE_TIMEOUT", "DisposeReport", "ManagedModel", "ModelStatistics", "manage"]
 
 
 class _Refresh(enum.Enum):
@@ -92,6 +93,29 @@ def _adopt(model: keras.Model, session: LifecycleSession | None, timeout: float 
     owner = session if session is not None else current_session()
     owner.safe_point()  # creating a managed model is a safe point
     ModelRecord.attach(model, owner, timeout)
+
+
+@attrs.frozen
+class ModelStatistics:
+    """A snapshot of one managed model (``model.statistics()``).
+
+    Attributes:
+        name: ``model.name``.
+        state: ``LIVE``, ``DISPOSING`` or ``DISPOSED``.
+        session: Name of the owning session.
+        owned_bytes: Bytes of the buffers it owns (0 once disposed).
+        owned_variables: Buffers it owns, replicas and shards counted.
+        calls_in_flight: Threads inside one of its entry points now.
+        checkpoint_keepers: Open checkpoint keepers.
+    """
+
+    name: str
+    state: ModelState
+    session: str
+    owned_bytes: int
+    owned_variables: int
+    calls_in_flight: int
+    checkpoint_keepers: int
 
 
 @keras.saving.register_keras_serializable(package="lifecycle")
@@ -169,6 +193,19 @@ class ManagedModel(keras.Model):
         if self._lifecycle.state is ModelState.DISPOSED:
             return 0
         return sum(_tf.leaf_nbytes(leaf) for leaf in _tf.model_leaves(self))
+
+    def statistics(self) -> ModelStatistics:
+        """A frozen snapshot of the model: state, bytes, buffers, calls, keepers."""
+        record = self._lifecycle
+        return ModelStatistics(
+            name=getattr(self, "name", record.name),
+            state=record.state,
+            session=record.owner.name,
+            owned_bytes=self.owned_bytes,
+            owned_variables=self.owned_variables,
+            calls_in_flight=record.gate.in_flight(),
+            checkpoint_keepers=len(self.__dict__.get("_lifecycle_keepers", {})),
+        )
 
     def dispose(self, *, timeout: Any = _DEFAULT, collect: bool | None = None) -> DisposeReport:
         """Release every buffer the model owns; idempotent.

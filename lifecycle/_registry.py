@@ -27,7 +27,7 @@ from ._core import CleanupStrategy, check_timeout
 from ._core._routing import check_key, check_weights, pick
 from ._model import ManagedModel, manage
 from ._serving import ServingFunction, serving_function
-from ._session import LifecycleSession
+from ._session import LifecycleSession, SessionStatistics
 from ._sources import ScanReport, Source, VersionPolicy, available_versions
 from .errors import (
     BudgetExceededError,
@@ -40,6 +40,7 @@ from .errors import (
 
 __all__ = [
     "ModelRegistry",
+    "RegistryStatistics",
     "ScanReport",
     "SwapPolicy",
     "VersionPolicy",
@@ -100,6 +101,35 @@ class VersionStatus:
     bytes: int
     load_seconds: float
     requests: int
+
+
+@attrs.frozen
+class RegistryStatistics:
+    """A snapshot of a whole registry (``registry.statistics()``).
+
+    Attributes:
+        name: The registry's name.
+        models: Model names with a loaded or loading version.
+        versions: Versions loaded (ready or retiring).
+        loading: Versions being loaded.
+        bytes: Bytes the loaded versions hold.
+        memory_budget: The budget, or ``None``.
+        leases: Leases held right now.
+        requests: Requests served by the loaded versions so far.
+        watched: Base paths watched.
+        session: The registry's own session (its children are the versions).
+    """
+
+    name: str
+    models: int
+    versions: int
+    loading: int
+    bytes: int
+    memory_budget: int | None
+    leases: int
+    requests: int
+    watched: int
+    session: SessionStatistics
 
 
 @attrs.define(eq=False)
@@ -872,6 +902,23 @@ class ModelRegistry:
         return retired
 
     # -- status and close ------------------------------------------------------------
+
+    def statistics(self) -> RegistryStatistics:
+        """A frozen snapshot of the whole registry (per version: :meth:`status`)."""
+        versions = self.status()
+        resident = [v for v in versions if v.state is not VersionState.LOADING]
+        return RegistryStatistics(
+            name=self.name,
+            models=len({v.name for v in versions}),
+            versions=len(resident),
+            loading=len(versions) - len(resident),
+            bytes=sum(v.bytes for v in resident),
+            memory_budget=self.memory_budget,
+            leases=sum(v.leases for v in resident),
+            requests=sum(v.requests for v in resident),
+            watched=len(self._sources),
+            session=self._session.statistics(),
+        )
 
     def status(self, name: str | None = None) -> tuple[VersionStatus, ...]:
         """Frozen status of every loaded or loading version (of ``name``), by name and version.

@@ -1,0 +1,87 @@
+"""Process statistics: counters follow what models and cleaners do."""
+
+from __future__ import annotations
+
+import gc
+
+import keras
+import pytest
+
+import lifecycle as lc
+
+
+def small(units=256):
+    return lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(units)]))
+
+
+def test_statistics_follow_manage_dispose_and_clean_up():
+    before = lc.statistics()
+    model = small()
+    nbytes = model.owned_bytes
+    during = lc.statistics()
+    assert during.live_models == before.live_models + 1
+    assert during.models_managed == before.models_managed + 1
+    assert during.bytes_owned == before.bytes_owned + nbytes
+
+    model.dispose()
+    after = lc.statistics()
+    assert after.live_models == before.live_models
+    assert after.models_disposed == before.models_disposed + 1
+    assert after.bytes_owned == before.bytes_owned
+    assert after.bytes_released == before.bytes_released + nbytes
+
+    with lc.LifecycleSession(cleanup=lc.CleanupStrategy.ON_SAFE_POINTS) as session:
+        dropped = small()
+        del dropped
+        gc.collect()
+        assert lc.statistics().cleaner_queue >= 1
+        with pytest.warns(ResourceWarning):
+            session.safe_point()
+    cleaned = lc.statistics()
+    assert cleaned.models_cleaned == before.models_cleaned + 1
+    assert cleaned.cleaner_queue == 0
+
+
+def test_statistics_snapshot_is_frozen_and_probes_memory():
+    stats = lc.statistics(count_graphs=False)
+    assert stats.live_traced_graphs is None
+    assert stats.rss_bytes is not None and stats.rss_bytes > 50 * 2**20
+    assert stats.device_memory == ()  # no GPU on CPU-only machines
+    with pytest.raises(AttributeError):
+        stats.live_models = 3  # type: ignore[misc]
+    assert lc.statistics().live_traced_graphs >= 0
+
+
+def test_collections_are_counted():
+    before = lc.statistics().collections
+    with lc.LifecycleSession(
+        cleanup=lc.CleanupStrategy.ON_SAFE_POINTS, pressure_threshold=1
+    ) as session:
+        small().dispose()
+        session.safe_point()
+    assert lc.statistics().collections > before
+
+
+def test_model_and_registry_statistics():
+    model = small(8)
+    stats = model.statistics()
+    assert (stats.state, stats.owned_bytes, stats.calls_in_flight) == (
+        lc.ModelState.LIVE,
+        model.owned_bytes,
+        0,
+    )
+    model.dispose()
+    assert model.statistics().owned_bytes == 0
+
+    def factory():
+        inputs = keras.Input((4,))
+        return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+    with lc.ModelRegistry(name="stats") as registry:
+        registry.load("risk", 1, factory)
+        registry.load("risk", 2, factory)
+        with registry.lease("risk"):
+            snapshot = registry.statistics()
+        assert (snapshot.models, snapshot.versions, snapshot.leases) == (1, 2, 1)
+        assert snapshot.bytes == sum(s.bytes for s in registry.status()) > 0
+        assert snapshot.session.children == 2
