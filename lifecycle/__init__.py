@@ -1,5 +1,7 @@
 """keras-lifecycle: Keras 3 / TensorFlow models that give their memory back."""
 
+from . import distribute as distribute
+from . import monitoring as monitoring
 from ._checkpoints import CheckpointKeeper as CheckpointKeeper
 from ._checkpoints import restore_checkpoint as restore_checkpoint
 from ._core import CleanerStatistics as CleanerStatistics
@@ -10,6 +12,7 @@ from ._model import ManagedModel as ManagedModel
 from ._model import ModelStatistics as ModelStatistics
 from ._model import manage as manage
 from ._record import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
+from ._record import DeviceRelease as DeviceRelease
 from ._record import DisposeReport as DisposeReport
 from ._registry import ModelRegistry as ModelRegistry
 from ._registry import RegistryStatistics as RegistryStatistics
@@ -29,6 +32,7 @@ from ._tf import check_compatibility as check_compatibility
 from .errors import BudgetExceededError as BudgetExceededError
 from .errors import CheckpointError as CheckpointError
 from .errors import CompatibilityError as CompatibilityError
+from .errors import CoordinationError as CoordinationError
 from .errors import DisposedError as DisposedError
 from .errors import DisposeInProgressError as DisposeInProgressError
 from .errors import DrainTimeoutError as DrainTimeoutError
@@ -52,6 +56,8 @@ __all__ = [
     "CleanupStrategy",
     "CompatibilityError",
     "CompatibilityReport",
+    "CoordinationError",
+    "DeviceRelease",
     "DisposeInProgressError",
     "DisposeReport",
     "DisposedError",

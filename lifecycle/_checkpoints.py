@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from . import _tf
 from ._core import ModelState
+from ._record import disposed_error, held
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -434,25 +435,7 @@ class CheckpointKeeper:
         return self._model
 
     def _using(self, what: str) -> Any:
-        return _ModelCall(self._require_model(), what)
-
-
-class _ModelCall:
-    """Holds the model's gate for the duration of a keeper operation."""
-
-    def __init__(self, model: keras.Model, what: str) -> None:
-        self.model = model
-        self.what = what
-
-    def __enter__(self) -> None:
-        from ._record import disposed_error
-
-        record: ModelRecord = self.model._lifecycle
-        if not record.gate.enter():
-            raise disposed_error(self.model, f"the checkpoint keeper's {self.what}")
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.model._lifecycle.gate.exit()
+        return held(self._require_model(), f"the checkpoint keeper's {what}")
 
 
 def keeper_of(
@@ -466,8 +449,6 @@ def keeper_of(
     """The keeper of ``model`` for ``directory``: the existing one, or a new one."""
     record: ModelRecord = model._lifecycle
     if record.state is not ModelState.LIVE:
-        from ._record import disposed_error
-
         raise disposed_error(model, "model.checkpoints()")
     keepers: dict[str, CheckpointKeeper] = model.__dict__.setdefault("_lifecycle_keepers", {})
     key = os.path.abspath(os.fspath(directory))

@@ -207,7 +207,9 @@ class ManagedModel(keras.Model):
             checkpoint_keepers=len(self.__dict__.get("_lifecycle_keepers", {})),
         )
 
-    def dispose(self, *, timeout: Any = _DEFAULT, collect: bool | None = None) -> DisposeReport:
+    def dispose(
+        self, *, timeout: Any = _DEFAULT, collect: bool | None = None, coordinate: bool = True
+    ) -> DisposeReport:
         """Release every buffer the model owns; idempotent.
 
         New calls are refused at once; calls already running on other threads
@@ -222,6 +224,11 @@ class ManagedModel(keras.Model):
                 ``collect_seconds``); ``False`` never collects; ``None``
                 (default) leaves it to the session's cleaner, which collects
                 once enough bytes were released, by its strategy.
+            coordinate: Under ``MultiWorkerMirroredStrategy`` with several
+                workers, first wait (up to ``timeout``) until every worker is
+                disposing the model too, so no peer is left blocked in an
+                all-reduce with a worker whose replicas are gone. ``False``
+                releases this worker's replicas alone.
 
         Returns:
             A frozen :class:`DisposeReport`.
@@ -231,6 +238,8 @@ class ManagedModel(keras.Model):
                 (a callback of its ``fit``, its own ``call``). Nothing changed.
             DrainTimeoutError: Calls in flight did not finish in time. The model
                 is live again, unchanged.
+            CoordinationError: Another worker did not reach ``dispose()`` in
+                time. Nothing was released; the model is live.
             ValueError: ``timeout`` is not a number >= 0 or ``None``.
 
         Example:
@@ -238,7 +247,7 @@ class ManagedModel(keras.Model):
             >>> report.bytes_released  # doctest: +SKIP
             10485760
         """
-        return self._lifecycle.dispose(self, timeout, collect)
+        return self._lifecycle.dispose(self, timeout, collect, coordinate)
 
     def checkpoints(
         self,

@@ -7,11 +7,13 @@ model strongly, so it never keeps a dropped model alive.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -19,15 +21,42 @@ import keras
 
 from . import _graveyard, _tf
 from ._core import PROCESS, CallGate, ModelState, check_timeout
-from .errors import DisposedError, DisposeInProgressError, DrainTimeoutError
+from .errors import (
+    CoordinationError,
+    DisposedError,
+    DisposeInProgressError,
+    DrainTimeoutError,
+)
 
 if TYPE_CHECKING:
     from ._session import LifecycleSession
 
-__all__ = ["DEFAULT_DISPOSE_TIMEOUT", "DisposeReport", "ModelRecord"]
+__all__ = [
+    "DEFAULT_DISPOSE_TIMEOUT",
+    "DeviceRelease",
+    "DisposeReport",
+    "ModelRecord",
+    "disposed_error",
+    "held",
+]
 
 #: Seconds ``dispose()`` waits for calls in flight unless told otherwise.
 DEFAULT_DISPOSE_TIMEOUT = 30.0
+
+
+@attrs.frozen
+class DeviceRelease:
+    """What one ``dispose()`` released on one device.
+
+    Attributes:
+        device: The full device name, e.g. ``/job:ps/replica:0/task:0/device:CPU:0``.
+        bytes_released: Bytes released there.
+        variables_released: Buffers released there.
+    """
+
+    device: str
+    bytes_released: int
+    variables_released: int
 
 
 @attrs.frozen
@@ -45,6 +74,8 @@ class DisposeReport:
         release_seconds: Time spent releasing, purging and dropping references.
         collect_seconds: Time spent in a ``gc.collect()`` run by this dispose
             (0 when the collection was left to the session's cleaner).
+        devices: What was released on each device (every replica, parameter
+            server and shard), sorted by device name.
     """
 
     model_name: str
@@ -54,6 +85,7 @@ class DisposeReport:
     drain_seconds: float
     release_seconds: float
     collect_seconds: float
+    devices: tuple[DeviceRelease, ...] = ()
 
     @property
     def total_seconds(self) -> float:
@@ -130,7 +162,9 @@ class ModelRecord:
 
     # -- dispose ---------------------------------------------------------------
 
-    def dispose(self, model: keras.Model, timeout: Any, collect: bool | None) -> DisposeReport:
+    def dispose(
+        self, model: keras.Model, timeout: Any, collect: bool | None, coordinate: bool = True
+    ) -> DisposeReport:
         """The body of ``ManagedModel.dispose()``; see there."""
         timeout = self.dispose_timeout if timeout is _DEFAULT else check_timeout(timeout)
         if self.gate.held_by_current_thread():
@@ -153,6 +187,8 @@ class ModelRecord:
                     "live and unchanged; retry later or pass a longer timeout=.",
                     in_flight=still_running,
                 )
+            if coordinate:
+                self._coordinate(model, timeout)
             drained = time.perf_counter()
             # From here on the gate stays closed: the model is unusable even if
             # a step below fails, and a later dispose() retries the release.
@@ -161,7 +197,9 @@ class ModelRecord:
             _graveyard.bury(model)
             self._flush_dependents()
             leaves = _tf.model_leaves(model)
-            bytes_released, variables_released = _tf.release(leaves)
+            per_device = _tf.release_by_device(leaves)
+            bytes_released = sum(nbytes for nbytes, _ in per_device.values())
+            variables_released = sum(count for _, count in per_device.values())
             purged = _tf.purge_gradient_registry(leaf.handle for leaf in leaves)
             del leaves
             _tf.keras_internals.drop_compiled_state(model)
@@ -184,8 +222,31 @@ class ModelRecord:
                 drain_seconds=drained - started,
                 release_seconds=released - drained,
                 collect_seconds=time.perf_counter() - released,
+                devices=tuple(
+                    DeviceRelease(device, nbytes, count)
+                    for device, (nbytes, count) in sorted(per_device.items())
+                ),
             )
             return self.report
+
+    def _coordinate(self, model: keras.Model, timeout: float | None) -> None:
+        """Under a multi-worker strategy, wait until every worker is disposing too."""
+        strategy = _tf.distribute.strategy_of(model)
+        if strategy is None or not _tf.distribute.needs_barrier(strategy):
+            return
+        try:
+            _tf.distribute.barrier(strategy, timeout)
+        except Exception as error:  # a timeout, or a peer that is gone
+            self.gate.reopen()
+            self.state = ModelState.LIVE
+            raise CoordinationError(
+                f"dispose() of {self.describe()} waited {timeout} s for the other workers "
+                f"of its {type(strategy).__name__} to dispose it too, and they did not "
+                f"({type(error).__name__}). Nothing was released; the model is live. "
+                "Call dispose() on every worker; after this timeout TensorFlow has aborted "
+                "this worker's collectives, so to free this worker's replicas alone call "
+                "dispose(coordinate=False)."
+            ) from error
 
     def _flush_dependents(self) -> None:
         # Pending checkpoint writes go to disk before any buffer is released.
@@ -276,3 +337,24 @@ def disposed_error(model: keras.Model, what: str) -> DisposedError:
 
 
 _DEFAULT: Any = object()
+
+
+@contextlib.contextmanager
+def held(model: keras.Model, what: str) -> Iterator[None]:
+    """Hold ``model``'s gate (like a call) for the block: ``dispose()`` waits for it.
+
+    A model that is not managed is used as is.
+
+    Raises:
+        DisposedError: The model was disposed.
+    """
+    record: ModelRecord | None = getattr(model, "_lifecycle", None)
+    if record is None:
+        yield
+        return
+    if not record.gate.enter():
+        raise disposed_error(model, what)
+    try:
+        yield
+    finally:
+        record.gate.exit()

@@ -14,7 +14,8 @@ know this library::
     ├── LoadError(RuntimeError)               a registry load failed (factory, file, warm-up)
     ├── BudgetExceededError(MemoryError)      a load cannot fit the registry's budget
     ├── UnavailableError(TimeoutError)        no routable version appeared within the wait
-    └── CheckpointError(RuntimeError)         a checkpoint is missing, corrupt or does not match
+    ├── CheckpointError(RuntimeError)         a checkpoint is missing, corrupt or does not match
+    └── CoordinationError(TimeoutError)       workers could not agree to dispose together
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "BudgetExceededError",
     "CheckpointError",
     "CompatibilityError",
+    "CoordinationError",
     "DisposeInProgressError",
     "DisposedError",
     "DrainTimeoutError",
@@ -125,3 +127,13 @@ class CheckpointError(LifecycleError, RuntimeError):
         self.path = path
         self.missing = missing
         self.unexpected = unexpected
+
+
+class CoordinationError(LifecycleError, TimeoutError):
+    """The workers of a multi-worker strategy did not all reach ``dispose()`` in time.
+
+    Nothing was released: the model is live. TensorFlow aborts a worker's
+    collective operations after a collective timeout, so the strategy cannot
+    train any more in this process; ``dispose(coordinate=False)`` releases this
+    worker's replicas alone.
+    """

@@ -16,22 +16,33 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run_child(code: str, *, timeout: float = 240, env: dict[str, str] | None = None) -> str:
+def _run_child(
+    code: str,
+    *,
+    timeout: float = 240,
+    env: dict[str, str] | None = None,
+    private_network: bool = False,
+) -> str:
     """Run Python code in a fresh interpreter; fail the test on a crash or non-zero exit.
 
     Crashes (segfaults) show as a negative return code, which fails the test
     with the child's output.
     """
     child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    args = [sys.executable, "-c", textwrap.dedent(code)]
     try:
-        result = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=ROOT,
-            env=child_env,
-        )
+        if private_network:
+            # Local clusters: TensorFlow's servers listen on every interface,
+            # so the child gets a network namespace with only a loopback.
+            from lifecycle.distribute import run_in_private_network
+
+            result = run_in_private_network(
+                args, capture_output=True, timeout=timeout, cwd=ROOT, env=child_env
+            )
+        else:
+            result = subprocess.run(
+                args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=child_env
+            )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(
             f"child timed out after {timeout} s; output so far:\n{exc.stdout}\n{exc.stderr}"

@@ -15,6 +15,7 @@ EXPECTED = {
     "sessions.py": "units=64: loss",
     "hot_swap_serving.py": "failed: 0",
     "ab_loading.py": "user-7 sticks to v",
+    "parameter_server_lifecycle.py": "PS growth per generation",
 }
 
 

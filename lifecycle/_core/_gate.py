@@ -81,6 +81,11 @@ class CallGate:
             self._closed = False
             return len(self._active)
 
+    def reopen(self) -> None:
+        """Accept calls again after a ``close()`` whose follow-up was abandoned."""
+        with self._cond:
+            self._closed = False
+
     @property
     def closed(self) -> bool:
         """Whether new calls are refused."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 try:
     from . import _checkpoint as checkpoint
+    from . import _distribute as distribute
     from . import _keras as keras_internals
     from . import _memory as memory
     from ._compat import CompatibilityReport, check_compatibility
     from ._keras import clear_session_preserving_caller_state
     from ._naming import isolated_names
     from ._purge import custom_gradient_entries, live_func_graphs, purge_gradient_registry
-    from ._release import is_released, release
+    from ._release import is_released, release, release_by_device
     from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
     import keras as _keras_pkg
@@ -34,6 +35,7 @@ __all__ = [
     "checkpoint",
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
+    "distribute",
     "is_released",
     "isolated_names",
     "keras_internals",
@@ -45,4 +47,5 @@ __all__ = [
     "model_leaves",
     "purge_gradient_registry",
     "release",
+    "release_by_device",
 ]

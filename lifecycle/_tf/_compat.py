@@ -20,7 +20,7 @@ from tensorflow.python.checkpoint import async_checkpoint_helper
 from tensorflow.python.framework import func_graph as func_graph_lib
 
 from ..errors import CompatibilityError
-from . import _checkpoint, _keras, _purge, _release, _resources
+from . import _checkpoint, _distribute, _keras, _purge, _release, _resources
 
 
 @attrs.frozen
@@ -102,6 +102,25 @@ def _check_async_checkpoint() -> None:
     assert hasattr(tf.train.Checkpoint(), "_async_checkpointer_impl")
 
 
+def _check_distribute() -> None:
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        variable = keras.Variable([1.0, 2.0])
+    assert _distribute.strategy_of(_Holder(variable)) is strategy
+    assert not _distribute.needs_barrier(strategy)
+    assert not _distribute.is_sharded(variable)
+    assert hasattr(_distribute.collective_all_reduce_strategy, "CollectiveAllReduceStrategy")
+    assert hasattr(_distribute.sharded_variable, "ShardedVariableMixin")
+
+
+class _Holder(keras.Model):
+    """Just enough of a model for strategy_of()."""
+
+    def __init__(self, variable: keras.Variable) -> None:
+        super().__init__()
+        self.held = variable
+
+
 _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("keras.Variable._value holds the tf.Variable", _check_keras_variable_value),
     ("AssignVariableOp releases a buffer", _check_release),
@@ -110,6 +129,7 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("keras functional construction", _check_functional_construction),
     ("checkpoint object graph and matching", _check_checkpoint_graph),
     ("async checkpoint helper and Keras variable copy", _check_async_checkpoint),
+    ("tf.distribute strategies, collectives and shards", _check_distribute),
 )
 
 _lock = threading.Lock()

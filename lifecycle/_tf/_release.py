@@ -25,8 +25,20 @@ def release(variables: Iterable[BaseResourceVariable]) -> tuple[int, int]:
     Returns:
         ``(bytes_released, variables_released)``, bytes by static shape.
     """
-    released_bytes = 0
-    released = 0
+    per_device = release_by_device(variables)
+    return (
+        sum(nbytes for nbytes, _ in per_device.values()),
+        sum(count for _, count in per_device.values()),
+    )
+
+
+def release_by_device(variables: Iterable[BaseResourceVariable]) -> dict[str, tuple[int, int]]:
+    """Like ``release()``, counted per device: ``{device: (bytes, buffers)}``.
+
+    A leaf on a parameter server (``/job:ps/...``) or another worker is
+    released there: the assignment runs on the leaf's own device.
+    """
+    per_device: dict[str, tuple[int, int]] = {}
     empties: dict[tuple[str, tf.DType], tf.Tensor] = {}
     # Release is an eager operation even when dispose() is reached from inside
     # a function being traced.
@@ -38,9 +50,9 @@ def release(variables: Iterable[BaseResourceVariable]) -> tuple[int, int]:
                 if empty is None:
                     empty = empties[key] = tf.zeros([0], dtype=leaf.dtype)
                 tf.raw_ops.AssignVariableOp(resource=leaf.handle, value=empty, validate_shape=False)
-            released_bytes += leaf_nbytes(leaf)
-            released += 1
-    return released_bytes, released
+            nbytes, count = per_device.get(leaf.device, (0, 0))
+            per_device[leaf.device] = (nbytes + leaf_nbytes(leaf), count + 1)
+    return per_device
 
 
 def is_released(variable: BaseResourceVariable) -> bool:
