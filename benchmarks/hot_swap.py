@@ -18,6 +18,9 @@ failed request. The variants:
                     ``load(v + 1)`` -> ``promote(v + 1)`` -> ``unload(v)`` (without
                     ``wait``: the old version is disposed when its last lease
                     returns), as many times as fit in ``--seconds``.
+    tuned           as ``swaps``, in a process that called ``lc.tune_allocator()``
+                    first (a fixed glibc mmap threshold, ``malloc_trim`` after the
+                    cleaners' collections).
 
 Every child samples its RSS (psutil) on a background thread every 2 ms. Its
 baseline is the mean RSS over the last 0.5 s of a 1 s warm-up in which the
@@ -70,11 +73,14 @@ if TYPE_CHECKING:
 
     import lifecycle as lc
 
-VARIANTS = ("direct", "registry", "swaps")
+VARIANTS = ("direct", "registry", "swaps", "tuned")
+# Variants that swap versions under traffic.
+SWAPPING = ("swaps", "tuned")
 LABELS = {
     "direct": "direct: tf.function",
     "registry": "registry: predict()",
     "swaps": "registry-swaps: predict() + swaps",
+    "tuned": "swaps + lc.tune_allocator()",
 }
 HEADER = [
     "variant",
@@ -400,10 +406,19 @@ def make_server(
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     # Imported here so the parent never loads TensorFlow.
     import gc
+    import os
+
+    if args.no_onednn:
+        # Read by TensorFlow at import: its plain CPU allocator instead of oneDNN's.
+        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
     import numpy as np
     import tensorflow as tf
 
+    import lifecycle as lc
+
+    if variant == "tuned":
+        lc.tune_allocator()
     rng = np.random.default_rng(0)
     request = tf.constant(rng.standard_normal((1, INPUT_DIM), dtype=np.float32))
     sampler = RssSampler(SAMPLE_INTERVAL)
@@ -421,7 +436,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     watch.active = requests.recording = True
     started = time.perf_counter()
     swaps = Swaps()
-    if registry is not None and variant == "swaps":
+    if registry is not None and variant in SWAPPING:
         swaps.run(registry, factory, request, requests, sampler, started + args.seconds)
     else:
         time.sleep(args.seconds)
@@ -431,7 +446,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     during = sampler.window(started, ended)
 
     result: dict[str, Any] = {"variant": variant}
-    if registry is not None and variant == "swaps":
+    if registry is not None and variant in SWAPPING:
         # The request threads keep serving through the drain and the settle.
         result["drain_seconds"] = wait_for_one_version(registry)
         settled = time.perf_counter()
@@ -467,7 +482,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             "rss_peak_mib": max(during) / MIB,
         }
     )
-    if variant == "swaps":
+    if variant in SWAPPING:
         result.update(
             {
                 "swaps": len(swaps.load_seconds),
@@ -495,6 +510,7 @@ def child_options(args: argparse.Namespace) -> list[str]:
         str(args.threads),
         "--units",
         str(args.units),
+        *(["--no-onednn"] if args.no_onednn else []),
     ]
 
 
@@ -508,6 +524,8 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         "swaps:    load(v+1) -> promote(v+1) -> unload(v) in a loop on the main thread, "
         "AVAILABILITY_PRESERVING; RSS sampled every "
         f"{SAMPLE_INTERVAL * 1000:g} ms in every child",
+        "oneDNN:   "
+        + ("off (TF_ENABLE_ONEDNN_OPTS=0) in every child" if args.no_onednn else "on (default)"),
     ]
 
 
@@ -529,7 +547,7 @@ def table_rows(outcomes: dict[str, ChildOutcome]) -> list[list[str]]:
             rows.append([LABELS[variant], "FAILED", *["-"] * (len(HEADER) - 2)])
             continue
         peak = drain = None
-        if variant == "swaps":
+        if variant in SWAPPING:
             one_model = result["rss_baseline_mib"]
             peak = result["rss_peak_mib"] / (one_model + result["model_bytes"] / MIB)
             drain = result["rss_after_drain_mib"] / one_model
@@ -633,7 +651,7 @@ def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
         if result["errors"]:
             line += f"; errors: {result['errors']}"
         notes += [line, gc_note(result)]
-        if variant == "swaps":
+        if variant in SWAPPING:
             notes += swap_notes(result)
     return notes
 
@@ -667,6 +685,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=4, help="request threads")
     parser.add_argument(
         "--units", type=int, default=2048, help="hidden width (2048 gives 4.76M params)"
+    )
+    parser.add_argument(
+        "--no-onednn",
+        action="store_true",
+        help="run every child with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's plain CPU allocator)",
     )
     _harness.add_variants_argument(parser, VARIANTS)
     _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)

@@ -4,10 +4,12 @@ from . import distribute as distribute
 from . import monitoring as monitoring
 from ._checkpoints import CheckpointKeeper as CheckpointKeeper
 from ._checkpoints import restore_checkpoint as restore_checkpoint
+from ._core import AllocatorSettings as AllocatorSettings
 from ._core import CleanerStatistics as CleanerStatistics
 from ._core import CleanupStrategy as CleanupStrategy
 from ._core import ModelState as ModelState
 from ._core import SessionState as SessionState
+from ._core import tune_allocator as tune_allocator
 from ._model import ManagedModel as ManagedModel
 from ._model import ModelStatistics as ModelStatistics
 from ._model import manage as manage
@@ -49,6 +51,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
     "DEFAULT_PRESSURE_THRESHOLD",
+    "AllocatorSettings",
     "BudgetExceededError",
     "CheckpointError",
     "CheckpointKeeper",
@@ -88,4 +91,5 @@ __all__ = [
     "restore_checkpoint",
     "serving_function",
     "statistics",
+    "tune_allocator",
 ]

@@ -69,6 +69,18 @@ class SessionStatistics:
     cleaner: CleanerStatistics
 
 
+def collect() -> None:
+    """What a cleaner runs: ``gc.collect()``, then clear TensorFlow's eager kernel cache.
+
+    The kernel cache holds a kernel for every op and traced function that ran,
+    those of disposed models included (0.1-0.7 MiB per model), until it is
+    cleared; the next call of each live function re-creates its kernel (about
+    6 ms for a served MLP, measured).
+    """
+    gc.collect()
+    _tf.memory.clear_kernel_cache()
+
+
 class _Counter:
     """A thread-safe integer."""
 
@@ -138,8 +150,9 @@ class LifecycleSession:
             after the warm-up (imports, first traces). Process-wide; objects
             frozen are never collected afterwards.
         close_timeout: Seconds ``close()`` waits for each model's calls in flight.
-        collector: The collection the cleaner runs (default ``gc.collect``): a
-            seam for tests.
+        collector: The collection the cleaner runs: by default :func:`collect`
+            (``gc.collect()``, then TensorFlow's eager kernel cache is cleared).
+            A seam for tests.
         parent: The parent session; defaults to the session current in this
             thread when the session is created.
 
@@ -164,7 +177,7 @@ class LifecycleSession:
     close_timeout: float | None = attrs.field(
         default=30.0, kw_only=True, converter=lambda v: check_timeout(v, "close_timeout")
     )
-    collector: Callable[[], Any] = attrs.field(default=gc.collect, kw_only=True, repr=False)
+    collector: Callable[[], Any] = attrs.field(default=collect, kw_only=True, repr=False)
     parent: LifecycleSession | None = attrs.field(default=_CURRENT, kw_only=True, repr=False)
     _state: SessionState = attrs.field(default=SessionState.OPEN, init=False)
     _cleaner: Cleaner = attrs.field(init=False, repr=False)

@@ -524,3 +524,48 @@ def test_activate_shares_an_open_session_with_worker_threads():
     assert all(m.state is lc.ModelState.DISPOSED for m in made)
     with pytest.raises(lc.LifecycleError, match="cannot be activated"), shared.activate():
         pass
+
+
+def test_cleaner_collections_clear_the_eager_kernel_cache(monkeypatch):
+    from lifecycle import _session, _tf
+
+    cleared = []
+    monkeypatch.setattr(_tf.memory, "clear_kernel_cache", lambda: cleared.append(1))
+    with lc.LifecycleSession(
+        cleanup=lc.CleanupStrategy.ON_SAFE_POINTS, pressure_threshold=1
+    ) as session:
+        assert session.collector is _session.collect
+        session.cleaner.note_released(10)
+        session.safe_point()
+    assert cleared
+
+
+KERNEL_CACHE_CHILD = """
+import keras, numpy as np, tensorflow as tf
+import lifecycle as lc
+from lifecycle._session import collect
+
+def rss_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+
+x = tf.ones([1, 256])
+samples = []
+for i in range(60):
+    inputs = keras.Input((256,))
+    model = lc.ManagedModel(inputs, keras.layers.Dense(16)(keras.layers.Dense(512)(inputs)))
+    serve = lc.serving_function(model, tf.TensorSpec([None, 256]))
+    serve(x)
+    model.dispose()
+    del model, serve
+    collect()
+    samples.append(rss_mib())
+print(samples[-1] - samples[19])
+"""
+
+
+@pytest.mark.subprocess
+def test_disposed_models_leave_nothing_in_the_kernel_cache(run_child):
+    # Without clearing the cache, each model's kernels stay: ~0.13 MiB per model
+    # here (5 MiB over these 40), measured. With it, RSS is flat.
+    growth = float(run_child(KERNEL_CACHE_CHILD, timeout=240).strip().splitlines()[-1])
+    assert growth < 2.0, f"RSS grew {growth:.2f} MiB over 40 models"

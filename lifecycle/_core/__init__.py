@@ -7,11 +7,14 @@ from ._cleaner import CleanupStrategy as CleanupStrategy
 from ._cleaner import running_cleaners as running_cleaners
 from ._counters import PROCESS as PROCESS
 from ._gate import CallGate as CallGate
+from ._malloc import AllocatorSettings as AllocatorSettings
+from ._malloc import tune_allocator as tune_allocator
 from ._state import ModelState as ModelState
 from ._state import SessionState as SessionState
 
 __all__ = [
     "PROCESS",
+    "AllocatorSettings",
     "CallGate",
     "Cleaner",
     "CleanerStatistics",
@@ -20,4 +23,5 @@ __all__ = [
     "SessionState",
     "check_timeout",
     "running_cleaners",
+    "tune_allocator",
 ]

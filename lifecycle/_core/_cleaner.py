@@ -30,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from . import _malloc
 from ._counters import PROCESS
 
 __all__ = ["Cleaner", "CleanerStatistics", "CleanupStrategy"]
@@ -335,6 +336,8 @@ class Cleaner:
             self._pressure = 0
         started = time.perf_counter()
         self.collector()
+        if _malloc.trimming():
+            _malloc.trim()  # a foreign call: other threads run meanwhile
         elapsed = time.perf_counter() - started
         PROCESS.add("collections")
         PROCESS.add("collection_seconds", elapsed)

@@ -20,7 +20,7 @@ from tensorflow.python.checkpoint import async_checkpoint_helper
 from tensorflow.python.framework import func_graph as func_graph_lib
 
 from ..errors import CompatibilityError
-from . import _checkpoint, _distribute, _keras, _purge, _release, _resources
+from . import _checkpoint, _distribute, _keras, _memory, _purge, _release, _resources
 
 
 @attrs.frozen
@@ -113,6 +113,11 @@ def _check_distribute() -> None:
     assert hasattr(_distribute.sharded_variable, "ShardedVariableMixin")
 
 
+def _check_kernel_cache() -> None:
+    _memory.clear_kernel_cache()
+    assert float(tf.reduce_sum(tf.ones([2]))) == 2.0  # ops run after the clear
+
+
 class _Holder(keras.Model):
     """Just enough of a model for strategy_of()."""
 
@@ -130,6 +135,7 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("checkpoint object graph and matching", _check_checkpoint_graph),
     ("async checkpoint helper and Keras variable copy", _check_async_checkpoint),
     ("tf.distribute strategies, collectives and shards", _check_distribute),
+    ("eager kernel cache can be cleared", _check_kernel_cache),
 )
 
 _lock = threading.Lock()
