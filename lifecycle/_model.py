@@ -219,10 +219,12 @@ class ManagedModel(keras.Model):
         Args:
             timeout: Seconds to wait for calls in flight; ``None`` waits forever.
                 Defaults to ``model.dispose_timeout`` (30 s).
-            collect: ``True`` runs ``gc.collect()`` now, so the model's
-                Python-side cycles go at once (its cost is reported as
-                ``collect_seconds``); ``False`` never collects; ``None``
-                (default) leaves it to the session's cleaner, which collects
+            collect: ``True`` runs the session's collection now
+                (``gc.collect()``, then TensorFlow's eager kernel cache is
+                cleared), so the model's Python-side cycles and cached kernels
+                go at once (its cost is reported as ``collect_seconds``);
+                ``False`` never collects; ``None`` (default) leaves it to the
+                session's cleaner, which collects
                 once enough bytes were released, by its strategy.
             coordinate: Under ``MultiWorkerMirroredStrategy`` with several
                 workers, first wait (up to ``timeout``) until every worker is

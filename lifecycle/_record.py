@@ -8,7 +8,6 @@ model strongly, so it never keeps a dropped model alive.
 from __future__ import annotations
 
 import contextlib
-import gc
 import threading
 import time
 import warnings
@@ -72,7 +71,7 @@ class DisposeReport:
             pinned this model (or Keras's scratch graphs).
         drain_seconds: Time spent waiting for calls in flight.
         release_seconds: Time spent releasing, purging and dropping references.
-        collect_seconds: Time spent in a ``gc.collect()`` run by this dispose
+        collect_seconds: Time spent in a collection run by this dispose
             (0 when the collection was left to the session's cleaner).
         devices: What was released on each device (every replica, parameter
             server and shard), sorted by device name.
@@ -209,7 +208,7 @@ class ModelRecord:
             self._account_release(bytes_released)
             released = time.perf_counter()
             if collect:
-                gc.collect()
+                self.owner.collector()  # gc.collect(), and the kernel cache by default
             elif collect is None:
                 # The Python-side garbage of the model is left to the cleaner,
                 # which collects once enough bytes went by.

@@ -54,3 +54,14 @@ def test_hot_swap_benchmark_swaps_without_failed_requests():
     for row in (rows["registry-swaps"], next(ln for ln in lines if ln.startswith("swaps +"))):
         swaps, failed = row.split()[-4:-2]
         assert int(swaps) > 0 and failed == "0", row
+
+
+@pytest.mark.subprocess
+def test_checkpoint_benchmark_compares_every_operation_with_plain():
+    lines = run_benchmark("checkpoints.py", *("--units", "128", "--repeats", "1"))
+    rows = {
+        line.split("  ")[0]: line.split() for line in lines if line.startswith(("plain", "keeper"))
+    }
+    assert {"plain save", "keeper save", "plain restore", "keeper restore"} <= set(rows)
+    assert rows["plain save"][-2] == "1.00x"
+    assert all(row[-2].endswith("x") and float(row[-2][:-1]) > 0 for row in rows.values())

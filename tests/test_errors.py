@@ -15,6 +15,8 @@ def test_every_error_derives_from_the_root_and_a_builtin():
         lc.LoadError: RuntimeError,
         lc.BudgetExceededError: MemoryError,
         lc.UnavailableError: TimeoutError,
+        lc.CheckpointError: RuntimeError,
+        lc.CoordinationError: TimeoutError,
     }
     assert set(expected) | {lc.LifecycleError} == {getattr(errors, name) for name in errors.__all__}
     for error, builtin in expected.items():
@@ -24,3 +26,8 @@ def test_every_error_derives_from_the_root_and_a_builtin():
 def test_drain_timeout_error_carries_the_count():
     error = lc.DrainTimeoutError("3 calls", in_flight=3)
     assert error.in_flight == 3 and "3 calls" in str(error)
+
+
+def test_checkpoint_error_carries_what_did_not_match():
+    error = lc.CheckpointError("no", path="/ckpt-3", missing=("a",), unexpected=("b",))
+    assert (error.path, error.missing, error.unexpected) == ("/ckpt-3", ("a",), ("b",))

@@ -16,6 +16,12 @@ EXPECTED = {
     "hot_swap_serving.py": "failed: 0",
     "ab_loading.py": "user-7 sticks to v",
     "parameter_server_lifecycle.py": "PS growth per generation",
+    "daily_incremental_training.py": "RSS growth per generation",
+}
+# Arguments that keep an example short; the defaults show the full effect.
+ARGS = {
+    "daily_incremental_training.py": ["--days", "5"],
+    "parameter_server_lifecycle.py": ["--generations", "2"],
 }
 
 
@@ -27,6 +33,22 @@ def test_every_example_is_covered():
 @pytest.mark.parametrize("example", sorted(EXPECTED))
 def test_example_runs(example, run_child):
     code = (
-        f"import runpy; runpy.run_path({str(ROOT / 'examples' / example)!r}, run_name='__main__')"
+        f"import runpy, sys; sys.argv = [{example!r}, *{ARGS.get(example, [])!r}]; "
+        f"runpy.run_path({str(ROOT / 'examples' / example)!r}, run_name='__main__')"
     )
     assert EXPECTED[example] in run_child(code, timeout=180)
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_daily_training_memory_is_flat_over_twenty_generations(run_child):
+    # The target: RSS growth <= 2 MiB per generation across 20 daily generations.
+    code = (
+        "import runpy, sys; sys.argv = ['daily', '--days', '20']; "
+        f"runpy.run_path({str(ROOT / 'examples' / 'daily_incremental_training.py')!r}, "
+        "run_name='__main__')"
+    )
+    out = run_child(code, timeout=400)
+    line = next(ln for ln in out.splitlines() if ln.startswith("RSS growth per generation"))
+    growth = float(line.split(":")[1].split()[0])
+    assert growth <= 2.0, out
