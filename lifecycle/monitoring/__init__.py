@@ -1,7 +1,29 @@
-"""Monitoring: statistics, leak trends, Prometheus metrics and a Keras callback."""
+"""Monitoring: statistics, leak reports and trends, Prometheus metrics, a Keras callback.
 
+``prometheus-client`` (extra ``prometheus``) and ``objgraph`` (extra ``leaks``)
+are imported only when their functions are called.
+"""
+
+from ._callback import LifecycleCallback as LifecycleCallback
+from ._prometheus import Exporter as Exporter
+from ._prometheus import LifecycleCollector as LifecycleCollector
+from ._prometheus import register_prometheus as register_prometheus
+from ._prometheus import start_exporter as start_exporter
 from ._statistics import DeviceMemory as DeviceMemory
 from ._statistics import Statistics as Statistics
 from ._statistics import statistics as statistics
+from ._trend import LeakTrendMonitor as LeakTrendMonitor
+from ._trend import Trend as Trend
 
-__all__ = ["DeviceMemory", "Statistics", "statistics"]
+__all__ = [
+    "DeviceMemory",
+    "Exporter",
+    "LeakTrendMonitor",
+    "LifecycleCallback",
+    "LifecycleCollector",
+    "Statistics",
+    "Trend",
+    "register_prometheus",
+    "start_exporter",
+    "statistics",
+]

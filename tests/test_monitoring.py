@@ -1,0 +1,165 @@
+"""Monitoring: the trend monitor, the Keras callback and the Prometheus metrics."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import urllib.request
+
+import keras
+import numpy as np
+import pytest
+
+import lifecycle as lc
+from lifecycle.monitoring import LeakTrendMonitor, LifecycleCallback
+
+MiB = 2**20
+
+
+# -- trend -------------------------------------------------------------------------------
+
+
+def test_flat_noise_is_not_a_leak():
+    rng = np.random.default_rng(0)
+    monitor = LeakTrendMonitor(warmup=0)
+    for value in 600 * MiB + rng.normal(0, 2 * MiB, 30):
+        trend = monitor.sample(value)
+    assert trend.verdict == "flat" and not trend.leaking
+    assert trend.low < 0 < trend.high
+
+
+def test_steady_growth_is_a_leak_with_an_interval_around_it():
+    rng = np.random.default_rng(1)
+    monitor = LeakTrendMonitor(warmup=3, tolerance=1 * MiB)
+    for cycle in range(25):
+        monitor.sample(600 * MiB + 3 * MiB * cycle + rng.normal(0, 1 * MiB))
+    trend = monitor.trend()
+    assert trend.leaking and trend.verdict == "leaking" and trend.samples == 22
+    assert trend.low < 3 * MiB < trend.high
+    assert str(trend).startswith("leaking: +") and "95% interval" in str(trend)
+
+
+def test_small_growth_within_tolerance_and_too_few_samples():
+    monitor = LeakTrendMonitor(warmup=0, tolerance=1 * MiB)
+    for cycle in range(20):
+        monitor.sample(600 * MiB + 0.1 * MiB * cycle)
+    assert not monitor.trend().leaking  # real, but below the tolerance
+    short = LeakTrendMonitor(warmup=5)
+    for _ in range(6):
+        trend = short.sample(1.0)
+    assert trend.slope is None and trend.verdict == "insufficient data"
+    assert "need at least 3" in str(trend)
+    with pytest.raises(ValueError, match="confidence"):
+        LeakTrendMonitor(confidence=1.5)
+
+
+def test_default_probe_reads_rss():
+    trend = LeakTrendMonitor(warmup=0).sample()
+    assert trend.samples == 1
+
+
+# -- callback ----------------------------------------------------------------------------
+
+
+def test_callback_logs_memory_and_runs_safe_points(tmp_path):
+    with lc.LifecycleSession(cleanup=lc.CleanupStrategy.ON_SAFE_POINTS):
+        # A managed model dropped without dispose(): its clean-up waits for a
+        # safe point. The plain model's fit has none of its own; the callback's
+        # safe point runs it.
+        dropped = lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(300)]))
+        del dropped
+        gc.collect()
+        assert lc.statistics().cleaner_queue == 1
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile("adam", "mse")
+        with pytest.warns(ResourceWarning, match="without dispose"):
+            history = model.fit(
+                np.ones((32, 4), "float32"),
+                np.ones((32, 2), "float32"),
+                batch_size=8,
+                epochs=2,
+                verbose=0,
+                callbacks=[LifecycleCallback(safe_point_every=2, log_dir=str(tmp_path))],
+            )
+        assert lc.statistics().cleaner_queue == 0
+    logs = history.history
+    assert len(logs["lifecycle_rss_mib"]) == 2 and logs["lifecycle_rss_mib"][0] > 50
+    assert logs["lifecycle_live_models"][0] >= 0 and "lifecycle_owned_mib" in logs
+    assert any(tmp_path.iterdir())  # TensorBoard event file
+
+
+def test_callback_works_with_a_plain_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse")
+    history = model.fit(
+        np.ones((8, 4)), np.ones((8, 2)), epochs=1, verbose=0, callbacks=[LifecycleCallback()]
+    )
+    assert "lifecycle_rss_mib" in history.history
+    with pytest.raises(ValueError, match="safe_point_every"):
+        LifecycleCallback(safe_point_every=0)
+
+
+# -- prometheus --------------------------------------------------------------------------
+
+
+def scrape(registry):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = generate_latest(registry).decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return text, samples
+
+
+def test_prometheus_exposition_parses_back_and_follows_the_statistics():
+    from prometheus_client import CollectorRegistry
+
+    target = CollectorRegistry()
+    collector = lc.monitoring.register_prometheus(target)
+    assert lc.monitoring.register_prometheus(target) is collector  # idempotent
+    model = lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(300)]))
+    _, before = scrape(target)
+    stats = lc.statistics(count_graphs=False)
+    assert before[("lifecycle_live_models", ())] == stats.live_models
+    assert before[("lifecycle_owned_bytes", ())] == stats.bytes_owned
+    released = model.dispose().bytes_released
+    text, after = scrape(target)
+    assert after[("lifecycle_released_bytes_total", ())] == (
+        before[("lifecycle_released_bytes_total", ())] + released
+    )
+    assert after[("lifecycle_models_disposed_total", ())] == (
+        before[("lifecycle_models_disposed_total", ())] + 1
+    )
+    assert after[("lifecycle_process_resident_memory_bytes", ())] > 0
+    assert "# TYPE lifecycle_collection_seconds_total counter" in text
+
+
+def test_prometheus_reports_registry_versions_and_serves_on_loopback():
+    from prometheus_client import CollectorRegistry
+
+    def factory():
+        inputs = keras.Input((4,))
+        return keras.Model(inputs, keras.layers.Dense(2)(inputs))
+
+    target = CollectorRegistry()
+    with lc.ModelRegistry(name="shop") as registry:
+        registry.load("risk", 3, factory)
+        registry.predict("risk", np.ones((1, 4), "float32"))
+        lc.monitoring.register_prometheus(target, model_registries=[registry])
+        _, samples = scrape(target)
+        key = (("model", "risk"), ("registry", "shop"), ("version", "3"))
+        assert samples[("lifecycle_version_requests_total", key)] == 1
+        assert samples[("lifecycle_version_bytes", key)] == registry.status()[0].bytes
+        with lc.monitoring.start_exporter(registry=target) as exporter:
+            assert exporter.address == "127.0.0.1" and exporter.port > 0
+            body = urllib.request.urlopen(exporter.url, timeout=10).read().decode()
+        assert "lifecycle_version_leases" in body
+
+
+def test_missing_prometheus_client_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ImportError, match=r'pip install "keras-lifecycle\[prometheus\]"'):
+        lc.monitoring.register_prometheus()
