@@ -2,6 +2,7 @@
 
 from . import distribute as distribute
 from . import monitoring as monitoring
+from . import testing as testing
 from ._checkpoints import CheckpointKeeper as CheckpointKeeper
 from ._checkpoints import restore_checkpoint as restore_checkpoint
 from ._core import AllocatorSettings as AllocatorSettings
@@ -43,7 +44,10 @@ from .errors import LoadError as LoadError
 from .errors import NotAModelError as NotAModelError
 from .errors import UnavailableError as UnavailableError
 from .errors import UnknownModelError as UnknownModelError
+from .monitoring import LeakReport as LeakReport
 from .monitoring import Statistics as Statistics
+from .monitoring import check_disposed as check_disposed
+from .monitoring import find_leaks as find_leaks
 from .monitoring import statistics as statistics
 
 __version__ = "0.1.0"
@@ -65,6 +69,7 @@ __all__ = [
     "DisposeReport",
     "DisposedError",
     "DrainTimeoutError",
+    "LeakReport",
     "LifecycleError",
     "LifecycleSession",
     "LoadError",
@@ -86,7 +91,9 @@ __all__ = [
     "VersionState",
     "VersionStatus",
     "check_compatibility",
+    "check_disposed",
     "current_session",
+    "find_leaks",
     "manage",
     "restore_checkpoint",
     "serving_function",

@@ -1,7 +1,7 @@
-"""Weak references to what ``dispose()`` released, so leak reports can find it later.
+"""Weak references to every managed model, and to what ``dispose()`` released.
 
-Nothing here keeps anything alive: a disposed model that is garbage-collected
-simply drops out.
+Leak reports and the test helpers look here. Nothing here keeps anything
+alive: an object that is garbage-collected simply drops out.
 """
 
 from __future__ import annotations
@@ -14,13 +14,23 @@ import keras
 
 from . import _tf
 
-__all__ = ["bury", "disposed_models", "disposed_variables"]
+__all__ = [
+    "bury",
+    "disposed_handles",
+    "disposed_models",
+    "disposed_variables",
+    "managed_models",
+    "register",
+]
 
 # Reentrant: a weakref callback may run (in a collection) while this thread holds it.
 _lock = threading.RLock()
 # By id, because variables are not hashable; each ref removes itself.
+_managed: dict[int, weakref.ref[Any]] = {}
 _models: dict[int, weakref.ref[Any]] = {}
 _variables: dict[int, weakref.ref[Any]] = {}
+# Resource handles of disposed variables: traced graphs keep these, not the variables.
+_handles: dict[int, weakref.ref[Any]] = {}
 
 
 def _remember(table: dict[int, weakref.ref[Any]], obj: Any) -> None:
@@ -35,19 +45,33 @@ def _remember(table: dict[int, weakref.ref[Any]], obj: Any) -> None:
     table[key] = ref
 
 
+def register(model: keras.Model) -> None:
+    """Remember ``model`` as managed (called when it comes under management)."""
+    with _lock:
+        _remember(_managed, model)
+
+
 def bury(model: keras.Model) -> None:
     """Remember ``model`` and its variables as disposed (called by ``dispose()``)."""
     variables = list(_tf.keras_variables(model))
+    handles = [leaf.handle for variable in variables for leaf in _tf.leaves(variable)]
     with _lock:
         _remember(_models, model)
         for variable in variables:
             _remember(_variables, variable)
+        for handle in handles:
+            _remember(_handles, handle)
 
 
 def _alive(table: dict[int, weakref.ref[Any]]) -> list[Any]:
     with _lock:
         refs = list(table.values())
     return [obj for ref in refs if (obj := ref()) is not None]
+
+
+def managed_models() -> list[Any]:
+    """Managed models still alive, disposed or not."""
+    return _alive(_managed)
 
 
 def disposed_models() -> list[Any]:
@@ -58,3 +82,8 @@ def disposed_models() -> list[Any]:
 def disposed_variables() -> list[Any]:
     """Variables of disposed models still alive."""
     return _alive(_variables)
+
+
+def disposed_handles() -> list[Any]:
+    """Resource handles of disposed models' variables still alive."""
+    return _alive(_handles)

@@ -131,6 +131,7 @@ class ModelRecord:
         owner.adopt(record)
         record._model = weakref.ref(model)
         # The finalizer only queues: it runs inside the garbage collector.
+        _graveyard.register(model)
         record._finalizer = weakref.finalize(model, owner.cleaner.enqueue, record.clean_up)
         record._finalizer.atexit = False
         # object.__setattr__: Keras's attribute tracking must not see bookkeeping.

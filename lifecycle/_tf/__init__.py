@@ -14,7 +14,12 @@ try:
     from ._compat import CompatibilityReport, check_compatibility
     from ._keras import clear_session_preserving_caller_state
     from ._naming import isolated_names
-    from ._purge import custom_gradient_entries, live_func_graphs, purge_gradient_registry
+    from ._purge import (
+        custom_gradient_entries,
+        func_graphs,
+        live_func_graphs,
+        purge_gradient_registry,
+    )
     from ._release import is_released, release, release_by_device
     from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
@@ -36,6 +41,7 @@ __all__ = [
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
     "distribute",
+    "func_graphs",
     "is_released",
     "isolated_names",
     "keras_internals",

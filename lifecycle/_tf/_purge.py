@@ -124,3 +124,8 @@ def custom_gradient_entries() -> int:
 def live_func_graphs() -> int:
     """Traced graphs (``FuncGraph`` objects) alive in the process; walks the GC heap."""
     return sum(1 for obj in gc.get_objects() if isinstance(obj, FuncGraph))
+
+
+def func_graphs() -> list[FuncGraph]:
+    """The traced graphs (``FuncGraph`` objects) alive in the process; walks the GC heap."""
+    return [obj for obj in gc.get_objects() if isinstance(obj, FuncGraph)]

@@ -5,6 +5,10 @@ are imported only when their functions are called.
 """
 
 from ._callback import LifecycleCallback as LifecycleCallback
+from ._leaks import Leak as Leak
+from ._leaks import LeakReport as LeakReport
+from ._leaks import check_disposed as check_disposed
+from ._leaks import find_leaks as find_leaks
 from ._prometheus import Exporter as Exporter
 from ._prometheus import LifecycleCollector as LifecycleCollector
 from ._prometheus import register_prometheus as register_prometheus
@@ -18,11 +22,15 @@ from ._trend import Trend as Trend
 __all__ = [
     "DeviceMemory",
     "Exporter",
+    "Leak",
+    "LeakReport",
     "LeakTrendMonitor",
     "LifecycleCallback",
     "LifecycleCollector",
     "Statistics",
     "Trend",
+    "check_disposed",
+    "find_leaks",
     "register_prometheus",
     "start_exporter",
     "statistics",

@@ -1,0 +1,300 @@
+"""Leak reports: disposed models, variables and graphs that are still reachable, and who holds them.
+
+A disposed model's buffers are released whoever holds it, but the Python
+objects — the model, its layers, its variables, graphs that captured them —
+stay until the last reference goes. A report names each survivor with the
+shortest reference chain from a module (found with ``objgraph``)::
+
+    module app.cache → .CACHE → dict['last'] → list[3] → Functional 'risk/v3' (disposed)
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from .. import _graveyard, _tf
+from .._core import ModelState
+
+__all__ = ["Leak", "LeakReport", "check_disposed", "find_leaks", "live_models"]
+
+_INSTALL = 'pip install "keras-lifecycle[leaks]"'
+ARROW = " → "
+
+
+def _objgraph() -> Any:
+    try:
+        import objgraph
+    except ImportError as error:
+        raise ImportError(f"Leak reports need objgraph, an optional extra: {_INSTALL}") from error
+    return objgraph
+
+
+@attrs.frozen
+class Leak:
+    """One object that should be gone and is not.
+
+    Attributes:
+        kind: ``"model"`` (a disposed model), ``"variable"`` (a variable of a
+            disposed model whose model is gone), ``"graph"`` (a traced graph
+            that captured a disposed model's variable) or ``"live"`` (a managed
+            model never disposed).
+        description: What it is, e.g. ``"Functional 'risk/v3' (disposed)"``.
+        chain: The shortest reference chain from a module to it, root first,
+            ending with ``description``; empty when no module reaches it.
+        held_by: When ``chain`` is empty: what refers to it directly (e.g. the
+            frame of a running function).
+    """
+
+    kind: str
+    description: str
+    chain: tuple[str, ...] = ()
+    held_by: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        if self.chain:
+            return ARROW.join(self.chain)
+        if self.held_by:
+            return f"{self.description}, held by: {', '.join(self.held_by)}"
+        return self.description
+
+
+@attrs.frozen
+class LeakReport:
+    """What :func:`find_leaks` found; falsy when nothing leaked.
+
+    Attributes:
+        leaks: Each leaked object with its chain.
+        summarized: Leaked objects not listed one by one (for example the
+            variables of a model already listed), by kind.
+    """
+
+    leaks: tuple[Leak, ...] = ()
+    summarized: tuple[tuple[str, int], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.leaks)
+
+    def __len__(self) -> int:
+        return len(self.leaks)
+
+    def __str__(self) -> str:
+        if not self.leaks:
+            return "no leaks: nothing disposed is reachable, no managed model left live"
+        counts: dict[str, int] = {}
+        for leak in self.leaks:
+            counts[leak.kind] = counts.get(leak.kind, 0) + 1
+        head = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items())
+        lines = [f"{len(self.leaks)} leak(s): {head}"]
+        lines += [f"  [{leak.kind}] {leak}" for leak in self.leaks]
+        lines += [
+            f"  (and {n} more {kind}s, reachable through the above)" for kind, n in self.summarized
+        ]
+        return "\n".join(lines)
+
+
+def describe(obj: Any) -> str:
+    """A short human name for an object in a chain."""
+    if isinstance(obj, types.ModuleType):
+        return f"module {obj.__name__}"
+    record = getattr(obj, "_lifecycle", None)
+    if record is not None:
+        state = {ModelState.LIVE: "live", ModelState.DISPOSING: "disposing"}.get(
+            record.state, "disposed"
+        )
+        return f"{type(obj).__name__} {getattr(obj, 'name', record.name)!r} ({state})"
+    path = getattr(obj, "path", None)
+    if isinstance(path, str):
+        return f"{type(obj).__name__} {path!r}"
+    if isinstance(obj, types.FrameType):
+        return f"frame of {obj.f_code.co_name}()"
+    if isinstance(obj, types.FunctionType):
+        return f"function {obj.__qualname__}()"
+    name = getattr(obj, "name", None)
+    if isinstance(name, str):
+        return f"{type(obj).__name__} {name!r}"
+    return type(obj).__name__
+
+
+def _hop(parent: Any, child: Any, previous: Any) -> str | None:
+    """How ``parent`` holds ``child``; ``None`` to skip a hop (a ``__dict__``)."""
+    if isinstance(parent, dict):
+        owner_dict = getattr(previous, "__dict__", None) if previous is not None else None
+        if owner_dict is parent:
+            return None  # obj -> obj.__dict__ -> child reads as obj.attr
+        for key, value in parent.items():
+            if value is child:
+                return f"dict[{key!r}]"
+    if isinstance(parent, (list, tuple)):
+        for index, value in enumerate(parent):
+            if value is child:
+                return f"{type(parent).__name__}[{index}]"
+    if isinstance(parent, types.FrameType):
+        for name, value in parent.f_locals.items():
+            if value is child:
+                return f"frame of {parent.f_code.co_name}() local {name!r}"
+    if isinstance(parent, types.CellType):
+        return "closure cell"
+    return None
+
+
+def _render(chain: list[Any]) -> tuple[str, ...]:
+    """``[module, ..., obj]`` as readable steps."""
+    steps = [describe(chain[0])]
+    previous: Any = None
+    for index in range(1, len(chain)):
+        parent, child = chain[index - 1], chain[index]
+        how = _hop(parent, child, previous)
+        attribute = None
+        owner = chain[index - 2] if index >= 2 else None
+        if (
+            isinstance(parent, dict)
+            and owner is not None
+            and getattr(owner, "__dict__", None) is parent
+        ):
+            attribute = next((k for k, v in parent.items() if v is child), None)
+        if attribute is not None:
+            steps.append(f".{attribute}")
+        elif how is not None:
+            steps.append(how)
+        previous = parent
+    steps.append(describe(chain[-1]))
+    # Keep each object once: the last step names the leaked object itself.
+    return tuple(steps)
+
+
+def _chain(objgraph: Any, obj: Any, max_depth: int, ignore: list[int]) -> list[Any]:
+    return objgraph.find_backref_chain(
+        obj, objgraph.is_proper_module, max_depth=max_depth, extra_ignore=ignore
+    )
+
+
+def _referrers(obj: Any, ignore: set[int]) -> tuple[str, ...]:
+    found = []
+    for referrer in gc.get_referrers(obj):
+        if id(referrer) in ignore or referrer is sys._getframe():
+            continue
+        found.append(describe(referrer))
+    return tuple(dict.fromkeys(found))[:5]
+
+
+def _graphs_holding(handles: set[int]) -> list[Any]:
+    """Traced graphs alive that captured one of ``handles``."""
+    graphs = []
+    for graph in _tf.func_graphs():
+        captures = getattr(graph, "external_captures", ())
+        if any(id(capture) in handles for capture in captures):
+            graphs.append(graph)
+    return graphs
+
+
+def _report(
+    candidates: Iterable[tuple[str, Any]],
+    *,
+    max_depth: int,
+    max_chains: int,
+    require_chain: bool = False,
+) -> LeakReport:
+    objgraph = _objgraph()
+    items = list(candidates)
+    ignore_ids = [id(items), *(id(pair) for pair in items)]
+    leaks, summarized = [], {}
+    for kind, obj in items:
+        if len(leaks) >= max_chains:
+            summarized[kind] = summarized.get(kind, 0) + 1
+            continue
+        chain = _chain(objgraph, obj, max_depth, [*ignore_ids, id(sys._getframe())])
+        if len(chain) > 1:
+            leaks.append(Leak(kind, describe(obj), _render(chain)))
+        elif not require_chain:
+            held = _referrers(obj, set(ignore_ids))
+            leaks.append(Leak(kind, describe(obj), (), held))
+    return LeakReport(tuple(leaks), tuple(summarized.items()))
+
+
+def live_models(models: Iterable[Any] | None = None) -> list[Any]:
+    """Managed models (of ``models``, or all) that were never disposed."""
+    pool = _graveyard.managed_models() if models is None else list(models)
+    return [m for m in pool if m._lifecycle.state is ModelState.LIVE]
+
+
+def _disposed_candidates(models: list[Any] | None) -> list[tuple[str, Any]]:
+    disposed = _graveyard.disposed_models() if models is None else models
+    # Variables reachable through a model listed anyway are not listed again.
+    through_models = {id(v) for m in disposed for v in _tf.keras_variables(m)}
+    candidates: list[tuple[str, Any]] = [("model", m) for m in disposed]
+    candidates += [
+        ("variable", variable)
+        for variable in _graveyard.disposed_variables()
+        if id(variable) not in through_models
+    ]
+    if models is None:
+        handles = {id(handle) for handle in _graveyard.disposed_handles()}
+    else:
+        handles = {id(leaf.handle) for m in models for leaf in _tf.model_leaves(m)}
+    if handles:
+        candidates += [("graph", graph) for graph in _graphs_holding(handles)]
+    if models is not None:  # nothing but these models and their graphs
+        candidates = [(k, o) for k, o in candidates if k != "variable"]
+    return candidates
+
+
+def find_leaks(
+    *, include_live: bool = False, max_depth: int = 25, max_chains: int = 20
+) -> LeakReport:
+    """Disposed models, their variables and traced graphs that are still reachable.
+
+    Each is reported with the shortest reference chain from a module
+    (``objgraph.find_backref_chain``), or, when no module reaches it, with what
+    refers to it directly (a running function's frame, for a local variable).
+    A variable is reported on its own only when its model is gone; a model's
+    graphs when they captured its variables.
+
+    Args:
+        include_live: Also report managed models that were never disposed.
+        max_depth: Longest chain searched.
+        max_chains: Objects reported one by one; the rest are counted.
+
+    Returns:
+        A :class:`LeakReport`: falsy when nothing leaked; ``str()`` is readable.
+
+    Raises:
+        ImportError: objgraph is not installed; the message says how to install it.
+
+    Example:
+        >>> import lifecycle as lc
+        >>> print(lc.find_leaks())  # doctest: +SKIP
+        1 leak(s): 1 model
+          [model] module app.cache → .CACHE → dict['last'] → Functional 'risk/v3' (disposed)
+    """
+    _objgraph()
+    gc.collect()
+    candidates = _disposed_candidates(None)
+    if include_live:
+        candidates = [("live", m) for m in live_models()] + candidates
+    return _report(candidates, max_depth=max_depth, max_chains=max_chains)
+
+
+def check_disposed(model: Any, *, max_depth: int = 25) -> LeakReport:
+    """Whether a disposed ``model``, or a graph that captured it, is reachable from a module.
+
+    The caller necessarily holds the model while calling, so only holders
+    reachable from a module count: a cache, a registry of your own, a global
+    list. Use it right after ``dispose()`` to catch a reference that would
+    keep the model's Python objects for the life of the process.
+
+    Raises:
+        ValueError: ``model`` is not a managed model.
+    """
+    if getattr(model, "_lifecycle", None) is None:
+        raise ValueError(f"check_disposed() takes a managed model. Received: {model!r:.80}")
+    _objgraph()
+    gc.collect()
+    return _report(
+        _disposed_candidates([model]), max_depth=max_depth, max_chains=20, require_chain=True
+    )
