@@ -20,7 +20,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
-	$(BIN)/python benchmarks/loop_training.py --cycles 8 --units 512
+	$(BIN)/lifecycle soak --plot soak.png
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .

@@ -17,11 +17,13 @@ EXPECTED = {
     "ab_loading.py": "user-7 sticks to v",
     "parameter_server_lifecycle.py": "PS growth per generation",
     "daily_incremental_training.py": "RSS growth per generation",
+    "monitoring.py": "module app.debug → .LAST_MODELS → list[0]",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
     "daily_incremental_training.py": ["--days", "5"],
     "parameter_server_lifecycle.py": ["--generations", "2"],
+    "monitoring.py": ["--cycles", "4"],
 }
 
 

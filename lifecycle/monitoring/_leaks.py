@@ -92,9 +92,7 @@ class LeakReport:
         head = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items())
         lines = [f"{len(self.leaks)} leak(s): {head}"]
         lines += [f"  [{leak.kind}] {leak}" for leak in self.leaks]
-        lines += [
-            f"  (and {n} more {kind}s, reachable through the above)" for kind, n in self.summarized
-        ]
+        lines += [f"  (and {n} more {kind}s, not listed)" for kind, n in self.summarized]
         return "\n".join(lines)
 
 

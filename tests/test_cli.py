@@ -1,0 +1,110 @@
+"""The `lifecycle` command line, through typer's test runner."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from lifecycle import cli
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def app():
+    return cli.build_app()
+
+
+def test_help_lists_the_commands(app):
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("soak", "inspect", "version"):
+        assert command in result.output
+
+
+def test_version_runs_the_self_check(app):
+    result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0, result.output
+    assert "TensorFlow 2." in result.output and "Keras 3." in result.output
+    assert "ok  AssignVariableOp releases a buffer" in result.output
+
+
+@pytest.mark.subprocess
+def test_soak_prints_the_table_and_writes_a_png(app, tmp_path):
+    chart = tmp_path / "soak.png"
+    result = runner.invoke(
+        app, ["soak", "--cycles", "4", "--units", "64", "--variants", "a,c", "--plot", str(chart)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│ (")]
+    assert [row.split("│")[1].strip() for row in rows] == [
+        "(a) del model",
+        "(c) ManagedModel.dispose()",
+    ]
+    assert all("FAILED" not in row for row in rows)
+    data = chart.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image
+
+    image = matplotlib.image.imread(str(chart))
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_soak_rejects_unknown_variants(app):
+    result = runner.invoke(app, ["soak", "--variants", "a,z"])
+    assert result.exit_code != 0 and "unknown variants" in result.output
+
+
+CLEAN = """
+import keras, lifecycle as lc
+inputs = keras.Input((4,))
+with lc.ManagedModel(inputs, keras.layers.Dense(2)(inputs), name="inspected") as model:
+    pass
+print("script ran")
+"""
+
+LEAKY = """
+import keras, lifecycle as lc
+inputs = keras.Input((4,))
+KEPT = [lc.ManagedModel(inputs, keras.layers.Dense(2)(inputs), name="kept_forever")]
+KEPT[0].dispose()
+"""
+
+
+def test_inspect_runs_a_script_and_reports(app, tmp_path):
+    script = tmp_path / "clean.py"
+    script.write_text(CLEAN)
+    result = runner.invoke(app, ["inspect", str(script)])
+    assert "script ran" in result.output
+    assert "models managed / disposed / cleaned up" in result.output
+    assert "process RSS" in result.output
+
+
+def test_inspect_names_the_holder_of_a_leak(app, tmp_path):
+    script = tmp_path / "leaky.py"
+    script.write_text(LEAKY)
+    result = runner.invoke(app, ["inspect", str(script)])
+    assert result.exit_code == 1
+    assert "module leaky → .KEPT → list[0] → ManagedModel 'kept_forever' (disposed)" in (
+        result.output
+    )
+
+
+def test_inspect_a_missing_file(app):
+    result = runner.invoke(app, ["inspect", "no/such/file.py"])
+    assert result.exit_code != 0 and "no such file" in result.output
+
+
+def test_missing_extras_print_the_pip_install(monkeypatch, capsys, app):
+    monkeypatch.setitem(sys.modules, "typer", None)
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2
+    assert 'pip install "keras-lifecycle[cli]"' in capsys.readouterr().err
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    result = runner.invoke(app, ["soak", "--plot", "x.png"])
+    assert result.exit_code != 0
+    assert 'pip install "keras-lifecycle[plot]"' in result.output
