@@ -8,6 +8,8 @@ helper or a cache of "last model" does. It shows:
   session's safe points);
 - the leak trend monitor's verdict over the cycles, with its confidence interval;
 - the leak report naming who holds the cached models;
+- ``lifecycle.testing.no_leaks()`` passing around the clean loop (in a test suite,
+  the ``no_leaks`` pytest fixture or marker does the same);
 - the Prometheus exposition of the process's statistics.
 
 Run::
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     import lifecycle as lc
 
     print("disposing every model:")
-    print("  trend:", train_cycles(args.cycles, args.units, cache=None))
+    with lc.testing.no_leaks():  # raises AssertionError with the report on a leak
+        print("  trend:", train_cycles(args.cycles, args.units, cache=None))
     print("  leak report:", lc.find_leaks())
 
     debug = types.ModuleType("app.debug")  # a module-level cache

@@ -812,10 +812,11 @@ class ModelRegistry:
         """Bring ``name``'s loaded versions in line with its watched base path.
 
         Under ``AVAILABILITY_PRESERVING``, new versions load before old ones
-        retire; under ``RESOURCE_PRESERVING``, versions that left the policy
-        retire first. A version that fails to load (a corrupt checkpoint, a
-        failing factory) is reported in :attr:`ScanReport.failed` and does not
-        stop the others; the serving version keeps serving.
+        retire, and old ones retire only once a wanted version is ready (if
+        every new version fails, the old ones keep serving); under
+        ``RESOURCE_PRESERVING``, versions that left the policy retire first.
+        A version that fails to load (a corrupt checkpoint, a failing factory)
+        is reported in :attr:`ScanReport.failed` and does not stop the others.
 
         Raises:
             UnknownModelError: ``name`` is not watched.
@@ -861,7 +862,9 @@ class ModelRegistry:
                 if ready and (entry.default is None or entry.default < ready[-1]):
                     entry.default = ready[-1]
                     self._cond.notify_all()
-            if self.swap_policy is SwapPolicy.AVAILABILITY_PRESERVING:
+            if self.swap_policy is SwapPolicy.AVAILABILITY_PRESERVING and ready:
+                # Only once a wanted version serves: if every new one failed,
+                # the old ones keep serving until a later scan succeeds.
                 retired += self._retire_leaving(name, leaving, wanted)
             with self._cond:
                 entry = self._entries.get(name)

@@ -18,12 +18,13 @@ EXPECTED = {
     "parameter_server_lifecycle.py": "PS growth per generation",
     "daily_incremental_training.py": "RSS growth per generation",
     "monitoring.py": "module app.debug → .LAST_MODELS → list[0]",
+    "serve_checkpointed_versions.py": "still serving v2: 2.0",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
     "daily_incremental_training.py": ["--days", "5"],
     "parameter_server_lifecycle.py": ["--generations", "2"],
-    "monitoring.py": ["--cycles", "4"],
+    "monitoring.py": ["--cycles", "5"],
 }
 
 

@@ -127,3 +127,18 @@ def test_resource_preserving_watch_retires_before_loading(tmp_path):
         report = registry.scan("risk")
         assert (report.retired, report.loaded, report.default) == ((1,), (2,), 2)
         assert answer(registry) == 2.0
+
+
+def test_a_failing_new_version_does_not_retire_the_serving_one(tmp_path):
+    publish(tmp_path, 1, 1.0)
+    with lc.ModelRegistry() as registry:
+        registry.watch("risk", tmp_path, factory, policy=lc.VersionPolicy.latest(1))
+        prefix = publish(tmp_path, 2, 2.0)
+        with open(prefix + ".data-00000-of-00001", "r+b") as file:
+            file.write(b"\xff" * 64)
+        report = registry.scan("risk")
+        assert [v for v, _ in report.failed] == [2] and report.retired == ()
+        assert report.default == 1 and answer(registry) == 1.0
+        publish(tmp_path, 3, 3.0)  # the next good version takes over
+        report = registry.scan("risk")
+        assert (report.loaded, report.retired, report.default) == ((3,), (1,), 3)
