@@ -752,6 +752,7 @@ class ModelRegistry:
         policy: VersionPolicy | None = None,
         warmup: Any = None,
         strict: bool = True,
+        poll_interval: float | None = None,
     ) -> ScanReport:
         """Serve the versions of ``name`` found under ``base_path``, and scan it now.
 
@@ -771,6 +772,11 @@ class ModelRegistry:
             policy: Which versions to serve; :meth:`VersionPolicy.latest` by default.
             warmup: Sample input for the serving path (see :meth:`load`).
             strict: Refuse checkpoints that do not match the model.
+            poll_interval: Also scan every this many seconds, on a thread of
+                the registry's, until :meth:`unwatch` or :meth:`close`
+                (TensorFlow Serving's file-system polling). ``None``: scan only
+                when :meth:`scan` is called. :meth:`last_scan` has the latest
+                report.
 
         Returns:
             The first scan's :class:`ScanReport`.
@@ -785,6 +791,10 @@ class ModelRegistry:
         policy = VersionPolicy.latest() if policy is None else policy
         if not isinstance(policy, VersionPolicy):
             raise TypeError(f"`policy` must be a VersionPolicy. Received: {policy!r}")
+        if poll_interval is not None:
+            poll_interval = check_timeout(poll_interval, "poll_interval")
+            if not poll_interval:
+                raise ValueError("`poll_interval` must be > 0 seconds or None.")
         base = os.path.abspath(os.fspath(base_path))
         available_versions(base)  # fail now on a missing directory
         with self._admin:
@@ -793,8 +803,41 @@ class ModelRegistry:
                 raise ValueError(
                     f"{name!r} already watches {self._sources[name].base!r}; unwatch() it first."
                 )
-            self._sources[name] = Source(base, factory, policy, warmup, strict)
-        return self.scan(name)
+            source = Source(base, factory, policy, warmup, strict, poll_interval)
+            self._sources[name] = source
+        report = self.scan(name)
+        if poll_interval is not None:
+            source.thread = threading.Thread(
+                target=self._poll,
+                args=(name, source),
+                name=f"lifecycle-watch-{self.name}-{name}",
+                daemon=True,
+            )
+            source.thread.start()
+        return report
+
+    def _poll(self, name: str, source: Source) -> None:
+        assert source.poll_interval is not None
+        while not source.stop.wait(source.poll_interval):
+            try:
+                self.scan(name)
+            except (UnknownModelError, LifecycleError) as error:
+                if self._closed or self._sources.get(name) is not source:
+                    return  # unwatched or closed meanwhile
+                source.last_error = f"{type(error).__name__}: {error}"
+            except Exception as error:  # keep polling: the next scan may succeed
+                source.last_error = f"{type(error).__name__}: {error}"
+
+    def last_scan(self, name: str) -> ScanReport | None:
+        """The report of the latest scan of ``name``'s base path (``None`` before one).
+
+        Raises:
+            UnknownModelError: ``name`` is not watched.
+        """
+        source = self._sources.get(name)
+        if source is None:
+            raise UnknownModelError(f"{name!r} is not watched. Watched: {sorted(self._sources)}")
+        return source.last
 
     def unwatch(self, name: str) -> None:
         """Stop watching ``name``'s base path; its loaded versions stay loaded.
@@ -803,10 +846,12 @@ class ModelRegistry:
             UnknownModelError: ``name`` is not watched.
         """
         with self._admin:
-            if self._sources.pop(name, None) is None:
+            source = self._sources.pop(name, None)
+            if source is None:
                 raise UnknownModelError(
                     f"{name!r} is not watched. Watched: {sorted(self._sources)}"
                 )
+        source.halt()
 
     def scan(self, name: str) -> ScanReport:
         """Bring ``name``'s loaded versions in line with its watched base path.
@@ -869,7 +914,7 @@ class ModelRegistry:
             with self._cond:
                 entry = self._entries.get(name)
                 default = entry.default if entry is not None else None
-            return ScanReport(
+            source.last = ScanReport(
                 name=name,
                 available=tuple(available),
                 wanted=tuple(sorted(wanted)),
@@ -878,6 +923,8 @@ class ModelRegistry:
                 failed=tuple(failed),
                 default=default,
             )
+            source.last_error = None
+            return source.last
 
     def _retire_leaving(self, name: str, leaving: list[int], wanted: frozenset[int]) -> list[int]:
         """Retire versions that left a watch's policy; labels and routes on them go too."""
@@ -961,6 +1008,8 @@ class ModelRegistry:
 
         Safe to call twice.
         """
+        for source in list(self._sources.values()):
+            source.halt()  # outside the lock: a scan in progress needs it
         with self._admin:
             if self._closed:
                 return

@@ -9,6 +9,7 @@ so a save still in progress is never loaded.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -109,8 +110,20 @@ class Source:
     policy: VersionPolicy
     warmup: Any
     strict: bool
+    poll_interval: float | None = None
     # Versions this source loaded and still serves.
     served: set[int] = attrs.field(factory=set)
+    last: ScanReport | None = None
+    last_error: str | None = None
+    stop: threading.Event = attrs.field(factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def halt(self) -> None:
+        """Stop the polling thread, if any, and wait for its scan in progress."""
+        self.stop.set()
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
 
 
 def available_versions(base: str) -> list[int]:

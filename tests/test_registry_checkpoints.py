@@ -142,3 +142,33 @@ def test_a_failing_new_version_does_not_retire_the_serving_one(tmp_path):
         publish(tmp_path, 3, 3.0)  # the next good version takes over
         report = registry.scan("risk")
         assert (report.loaded, report.retired, report.default) == ((3,), (1,), 3)
+
+
+def test_polling_follows_the_base_path_until_unwatched(tmp_path):
+    import time
+
+    publish(tmp_path, 1, 1.0)
+    with lc.ModelRegistry() as registry:
+        registry.watch("risk", tmp_path, factory, poll_interval=0.1)
+        source = registry._sources["risk"]
+        assert source.thread is not None and source.thread.is_alive()
+        publish(tmp_path, 2, 2.0)
+        deadline = time.monotonic() + 60
+        while registry.last_scan("risk").default != 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert registry.last_scan("risk").default == 2 and answer(registry) == 2.0
+        registry.unwatch("risk")
+        assert not source.thread.is_alive()
+        with pytest.raises(lc.UnknownModelError):
+            registry.last_scan("risk")
+        with pytest.raises(ValueError, match="poll_interval"):
+            registry.watch("other", tmp_path, factory, poll_interval=0)
+
+
+def test_close_stops_the_polling_thread(tmp_path):
+    publish(tmp_path, 1, 1.0)
+    registry = lc.ModelRegistry()
+    registry.watch("risk", tmp_path, factory, poll_interval=0.05)
+    thread = registry._sources["risk"].thread
+    registry.close()
+    assert not thread.is_alive()
