@@ -47,8 +47,13 @@ import _harness
 from _harness import MIB, ChildOutcome, fmt
 
 if TYPE_CHECKING:
-    import keras
     import numpy as np
+
+# The workload of `lifecycle soak` (lifecycle._soak.build_mlp builds it). The parent
+# does not import the package: that would load TensorFlow in it.
+INPUT_DIM = 784
+CLASSES = 10
+BATCH_SIZE = 64
 
 LOOP_VARIANTS = ("a", "b", "c")
 DISPOSE_VARIANT = "dispose"
@@ -59,9 +64,6 @@ LABELS = {
     "c": "(c) ManagedModel + dispose()",
 }
 
-INPUT_DIM = 784
-CLASSES = 10
-BATCH_SIZE = 64
 STEPS_PER_CYCLE = 2
 DISPOSE_REPEATS = 3
 # Weights + the two Adam slots (m, v), float32.
@@ -96,29 +98,13 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     return measure_loop(variant, args.units, args.cycles, args.warmup, x, y)
 
 
-def build_mlp(units: int, *, managed: bool) -> keras.Model:
-    import keras
-
-    import lifecycle as lc
-
-    inputs = keras.Input((INPUT_DIM,))
-    hidden = keras.layers.Dense(units, activation="relu")(inputs)
-    hidden = keras.layers.Dense(units, activation="relu")(hidden)
-    outputs = keras.layers.Dense(CLASSES)(hidden)
-    model_class = lc.ManagedModel if managed else keras.Model
-    model = model_class(inputs, outputs)
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    return model
-
-
 def measure_loop(
     variant: str, units: int, cycles: int, warmup: int, x: np.ndarray, y: np.ndarray
 ) -> dict[str, Any]:
     import keras
     import psutil
+
+    from lifecycle._soak import build_mlp
 
     process = psutil.Process()
     rss_mib: list[float] = []
@@ -165,6 +151,8 @@ def measure_loop(
 
 
 def measure_dispose(units: int, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    from lifecycle._soak import build_mlp
+
     release_seconds: list[float] = []
     bytes_released: list[int] = []
     for _ in range(DISPOSE_REPEATS):

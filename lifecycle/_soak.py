@@ -20,6 +20,7 @@ import gc
 import json
 import sys
 import time
+from typing import Any
 
 VARIANTS = {
     "a": "(a) del model",
@@ -38,6 +39,24 @@ def weights_mib(units: int) -> float:
     return params * 4 * 3 / MiB
 
 
+def build_mlp(units: int, *, managed: bool) -> Any:
+    """The soak's MLP with Adam, compiled: an ``lc.ManagedModel`` or a plain ``keras.Model``."""
+    import keras
+
+    import lifecycle as lc
+
+    inputs = keras.Input((INPUT_DIM,))
+    hidden = keras.layers.Dense(units, activation="relu")(inputs)
+    hidden = keras.layers.Dense(units, activation="relu")(hidden)
+    outputs = keras.layers.Dense(CLASSES)(hidden)
+    model = (lc.ManagedModel if managed else keras.Model)(inputs, outputs)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    return model
+
+
 def run(variant: str, cycles: int, units: int) -> None:
     """Run the cycles, printing one JSON line each."""
     import keras
@@ -50,19 +69,11 @@ def run(variant: str, cycles: int, units: int) -> None:
     y = rng.integers(0, CLASSES, 2 * BATCH_SIZE)
     for cycle in range(1, cycles + 1):
         started = time.perf_counter()
-        inputs = keras.Input((INPUT_DIM,))
-        hidden = keras.layers.Dense(units, activation="relu")(inputs)
-        hidden = keras.layers.Dense(units, activation="relu")(hidden)
-        outputs = keras.layers.Dense(CLASSES)(hidden)
-        model = (lc.ManagedModel if variant == "c" else keras.Model)(inputs, outputs)
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-3),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        )
+        model = build_mlp(units, managed=variant == "c")
         model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, verbose=0)
         if variant == "c":
             model.dispose(collect=True)
-        del model, inputs, hidden, outputs
+        del model
         if variant == "b":
             keras.backend.clear_session()
             gc.collect()
