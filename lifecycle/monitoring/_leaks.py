@@ -47,8 +47,10 @@ class Leak:
         description: What it is, e.g. ``"Functional 'risk/v3' (disposed)"``.
         chain: The shortest reference chain from a module to it, root first,
             ending with ``description``; empty when no module reaches it.
-        held_by: When ``chain`` is empty: what refers to it directly (e.g. the
-            frame of a running function).
+        held_by: When ``chain`` is empty: what refers to it directly, a running
+            function's local first (``"frame of train() → local 'model'"``), then
+            other referrers by type; references among the object's own parts
+            (Keras models keep closures over themselves) are left out.
     """
 
     kind: str
@@ -59,9 +61,8 @@ class Leak:
     def __str__(self) -> str:
         if self.chain:
             return ARROW.join(self.chain)
-        if self.held_by:
-            return f"{self.description}, held by: {', '.join(self.held_by)}"
-        return self.description
+        held = ", ".join(self.held_by) or "nothing outside its own reference cycles"
+        return f"{self.description}: no chain from a module (held by: {held})"
 
 
 @attrs.frozen
@@ -172,10 +173,80 @@ def _chain(objgraph: Any, obj: Any, max_depth: int, ignore: list[int]) -> list[A
     )
 
 
-def _referrers(obj: Any, ignore: set[int]) -> tuple[str, ...]:
+# Modules whose frames hold candidates while a report is built.
+_MACHINERY = frozenset({__name__, "lifecycle.testing", "lifecycle_pytest"})
+# Objects visited when telling a model's own reference cycles from outside holders.
+_OWN_CYCLE_LIMIT = 20_000
+
+
+def _caller_frames() -> list[types.FrameType]:
+    """This thread's running frames, innermost first, without the report's own."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") not in _MACHINERY:
+            frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def _frame_holders(obj: Any, frames: list[types.FrameType]) -> list[str]:
+    """``"frame of f() → local 'x'"`` for each running frame whose local ``x`` is ``obj``.
+
+    A running frame's locals are invisible to ``gc.get_referrers``, so they are
+    read from ``f_locals``.
+    """
     found = []
+    for frame in frames:
+        for name, value in frame.f_locals.items():
+            if value is obj:
+                found.append(f"frame of {frame.f_code.co_name}(){ARROW}local {name!r}")
+    return found
+
+
+def _collect() -> None:
+    """``gc.collect()``, after refreshing the callers' ``f_locals`` snapshots.
+
+    Before Python 3.13, reading a frame's ``f_locals`` (as a report does) leaves
+    a dict on the frame that keeps the values of that moment; a local deleted
+    since would live on in it. Reading ``f_locals`` again re-syncs the dict.
+    """
+    for frame in _caller_frames():
+        frame.f_locals  # noqa: B018 (the read re-syncs the snapshot)
+    gc.collect()
+
+
+def _own_cycle(obj: Any) -> set[int]:
+    """Ids of objects ``obj`` reaches within a few hops (its own reference cycles).
+
+    Keras models keep bound methods and closures over themselves (wrapped
+    ``build``, ``quantize``); those refer to the model but do not hold it.
+    """
+    seen = {id(obj)}
+    layer = [obj]
+    for _ in range(4):
+        following = []
+        for item in layer:
+            for referent in gc.get_referents(item):
+                if id(referent) not in seen:
+                    seen.add(id(referent))
+                    following.append(referent)
+        layer = following
+        if len(seen) > _OWN_CYCLE_LIMIT:
+            break
+    return seen
+
+
+def _referrers(obj: Any, ignore: set[int]) -> tuple[str, ...]:
+    """What holds ``obj`` when no module reaches it: running frames, then the rest by type."""
+    frames = _caller_frames()
+    found = _frame_holders(obj, frames)
+    # f_locals of a frame (before Python 3.13) is a dict cached on the frame; it
+    # mirrors locals already named above.
+    ignore = ignore | {id(frame.f_locals) for frame in frames} | {id(sys._getframe())}
+    own = _own_cycle(obj)
     for referrer in gc.get_referrers(obj):
-        if id(referrer) in ignore or referrer is sys._getframe():
+        if id(referrer) in ignore or id(referrer) in own or isinstance(referrer, types.FrameType):
             continue
         found.append(describe(referrer))
     return tuple(dict.fromkeys(found))[:5]
@@ -210,7 +281,8 @@ def _report(
         if len(chain) > 1:
             leaks.append(Leak(kind, describe(obj), _render(chain)))
         elif not require_chain:
-            held = _referrers(obj, set(ignore_ids))
+            # The failed search's chain is [obj]: a holder of the report's own.
+            held = _referrers(obj, {*ignore_ids, id(chain)})
             leaks.append(Leak(kind, describe(obj), (), held))
     return LeakReport(tuple(leaks), tuple(summarized.items()))
 
@@ -271,7 +343,7 @@ def find_leaks(
           [model] module app.cache → .CACHE → dict['last'] → Functional 'risk/v3' (disposed)
     """
     _objgraph()
-    gc.collect()
+    _collect()
     candidates = _disposed_candidates(None)
     if include_live:
         candidates = [("live", m) for m in live_models()] + candidates
@@ -292,7 +364,7 @@ def check_disposed(model: Any, *, max_depth: int = 25) -> LeakReport:
     if getattr(model, "_lifecycle", None) is None:
         raise ValueError(f"check_disposed() takes a managed model. Received: {model!r:.80}")
     _objgraph()
-    gc.collect()
+    _collect()
     return _report(
         _disposed_candidates([model]), max_depth=max_depth, max_chains=20, require_chain=True
     )
