@@ -17,10 +17,17 @@ failed request. The variants:
                     continuously (``AVAILABILITY_PRESERVING``, the default policy):
                     ``load(v + 1)`` -> ``promote(v + 1)`` -> ``unload(v)`` (without
                     ``wait``: the old version is disposed when its last lease
-                    returns), as many times as fit in ``--seconds``.
+                    returns), for ``--seconds`` and at least ``--min-swaps`` times.
     tuned           as ``swaps``, in a process that called ``lc.tune_allocator()``
                     first (a fixed glibc mmap threshold, ``malloc_trim`` after the
                     cleaners' collections).
+    frozen          as ``tuned``, with ``ModelRegistry(freeze_heap=True)``: the
+                    objects alive before the first load are frozen, so the
+                    collection after each swap scans only the newer ones.
+    background      as ``frozen``, with ``ModelRegistry(loader_nice=19,
+                    loader_gil_share=0.5)``: loads run on the registry's loader
+                    thread at the lowest priority and pause after each 0.5 ms of
+                    Python work while requests are in flight.
 
 Every child samples its RSS (psutil) on a background thread every 2 ms. Its
 baseline is the mean RSS over the last 0.5 s of a 1 s warm-up in which the
@@ -73,14 +80,23 @@ if TYPE_CHECKING:
 
     import lifecycle as lc
 
-VARIANTS = ("direct", "registry", "swaps", "tuned")
+VARIANTS = ("direct", "registry", "swaps", "tuned", "frozen", "background")
 # Variants that swap versions under traffic.
-SWAPPING = ("swaps", "tuned")
+SWAPPING = ("swaps", "tuned", "frozen", "background")
+# Variants in a process that called lc.tune_allocator().
+TUNED = ("tuned", "frozen", "background")
+# ModelRegistry options per variant.
+REGISTRY_OPTIONS: dict[str, dict[str, Any]] = {
+    "frozen": {"freeze_heap": True},
+    "background": {"freeze_heap": True, "loader_nice": 19, "loader_gil_share": 0.5},
+}
 LABELS = {
     "direct": "direct: tf.function",
     "registry": "registry: predict()",
     "swaps": "registry-swaps: predict() + swaps",
     "tuned": "swaps + lc.tune_allocator()",
+    "frozen": "swaps + tuned + freeze_heap=True",
+    "background": "swaps + tuned + frozen + background loads",
 }
 HEADER = [
     "variant",
@@ -314,9 +330,10 @@ class Swaps:
         requests: RequestThreads,
         sampler: RssSampler,
         deadline: float,
+        min_swaps: int,
     ) -> None:
         clock = time.perf_counter
-        while clock() < deadline:
+        while clock() < deadline or len(self.load_seconds) < min_swaps:
             new = self.version + 1
             self.resident.append(len(registry.status(MODEL_NAME)))
             self.rss_at_start.append(sampler.now())
@@ -393,7 +410,7 @@ def make_server(
 
         return serve_direct, None, factory, sum(v.numpy().nbytes for v in model.weights)
 
-    registry = lc.ModelRegistry(name="bench")
+    registry = lc.ModelRegistry(name="bench", **REGISTRY_OPTIONS.get(variant, {}))
     model_bytes = registry.load(MODEL_NAME, 1, factory, warmup=request).bytes
     predict = registry.predict
 
@@ -417,7 +434,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
     import lifecycle as lc
 
-    if variant == "tuned":
+    if variant in TUNED:
         lc.tune_allocator()
     rng = np.random.default_rng(0)
     request = tf.constant(rng.standard_normal((1, INPUT_DIM), dtype=np.float32))
@@ -437,7 +454,9 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     swaps = Swaps()
     if registry is not None and variant in SWAPPING:
-        swaps.run(registry, factory, request, requests, sampler, started + args.seconds)
+        swaps.run(
+            registry, factory, request, requests, sampler, started + args.seconds, args.min_swaps
+        )
     else:
         time.sleep(args.seconds)
     ended = time.perf_counter()
@@ -510,6 +529,8 @@ def child_options(args: argparse.Namespace) -> list[str]:
         str(args.threads),
         "--units",
         str(args.units),
+        "--min-swaps",
+        str(args.min_swaps),
         *(["--no-onednn"] if args.no_onednn else []),
     ]
 
@@ -520,7 +541,8 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         *_harness.machine_lines(),
         f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params "
         f"({params * 4 / MIB:.1f} MiB weights), batch 1, {args.threads} request threads back "
-        f"to back for {args.seconds:g} s per variant (after {WARMUP_SECONDS:g} s of warm-up)",
+        f"to back for {args.seconds:g} s per variant (after {WARMUP_SECONDS:g} s of warm-up; "
+        f"the swapping variants also until {args.min_swaps} swaps)",
         "swaps:    load(v+1) -> promote(v+1) -> unload(v) in a loop on the main thread, "
         "AVAILABILITY_PRESERVING; RSS sampled every "
         f"{SAMPLE_INTERVAL * 1000:g} ms in every child",
@@ -684,6 +706,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, default=4, help="request threads")
     parser.add_argument(
+        "--min-swaps",
+        type=int,
+        default=100,
+        help="the swapping variants go on after --seconds until this many swaps",
+    )
+    parser.add_argument(
         "--units", type=int, default=2048, help="hidden width (2048 gives 4.76M params)"
     )
     parser.add_argument(
@@ -697,6 +725,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     if args.seconds <= 0 or args.threads < 1 or args.units < 1 or args.timeout <= 0:
         parser.error("--seconds, --threads, --units and --timeout must be positive")
+    if args.min_swaps < 0:
+        parser.error("--min-swaps must be 0 or more")
     args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)
     return args
 

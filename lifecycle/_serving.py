@@ -13,6 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from . import _tf
 from ._model import ManagedModel
 from ._record import disposed_error
 
@@ -41,6 +42,8 @@ class ServingFunction:
         self._function: Any = tf.function(
             serve, input_signature=signature, jit_compile=jit_compile, reduce_retracing=True
         )
+        # Every serving function shares `serve`'s body; one trace per model is expected.
+        _tf.omit_retracing_warning(self._function)
         model._lifecycle.dependents.add(self)
 
     def __call__(self, inputs: Any) -> Any:

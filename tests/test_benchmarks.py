@@ -47,7 +47,11 @@ def test_cleaner_benchmark_prints_latency_rows():
 
 @pytest.mark.subprocess
 def test_hot_swap_benchmark_swaps_without_failed_requests():
-    lines = run_benchmark("hot_swap.py", *("--seconds", "3", "--units", "256"))
+    lines = run_benchmark(
+        "hot_swap.py",
+        *("--seconds", "3", "--units", "256", "--min-swaps", "3"),
+        *("--variants", "direct,registry,swaps,background"),
+    )
     rows = {line.split(":")[0]: line for line in lines if ": " in line}
     assert {"direct", "registry", "registry-swaps"} <= set(rows)
     assert all("FAILED" not in row for row in rows.values())

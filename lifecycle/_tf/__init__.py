@@ -12,6 +12,7 @@ try:
     from . import _keras as keras_internals
     from . import _memory as memory
     from ._compat import CompatibilityReport, check_compatibility
+    from ._functions import omit_retracing_warning
     from ._keras import clear_session_preserving_caller_state
     from ._naming import isolated_names
     from ._purge import (
@@ -22,6 +23,7 @@ try:
     )
     from ._release import is_released, release, release_by_device
     from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
+    from ._threads import capture_build_scope
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
     import keras as _keras_pkg
     import tensorflow as _tf_pkg
@@ -36,6 +38,7 @@ except (ImportError, AttributeError) as exc:  # an internal module or name moved
 
 __all__ = [
     "CompatibilityReport",
+    "capture_build_scope",
     "check_compatibility",
     "checkpoint",
     "clear_session_preserving_caller_state",
@@ -51,6 +54,7 @@ __all__ = [
     "live_func_graphs",
     "memory",
     "model_leaves",
+    "omit_retracing_warning",
     "purge_gradient_registry",
     "release",
     "release_by_device",

@@ -17,10 +17,21 @@ import keras
 import tensorflow as tf
 from keras.src.backend.tensorflow import core as keras_tf_core
 from tensorflow.python.checkpoint import async_checkpoint_helper
+from tensorflow.python.eager import context
 from tensorflow.python.framework import func_graph as func_graph_lib
 
 from ..errors import CompatibilityError
-from . import _checkpoint, _distribute, _keras, _memory, _purge, _release, _resources
+from . import (
+    _checkpoint,
+    _distribute,
+    _functions,
+    _keras,
+    _memory,
+    _purge,
+    _release,
+    _resources,
+    _threads,
+)
 
 
 @attrs.frozen
@@ -118,6 +129,34 @@ def _check_kernel_cache() -> None:
     assert float(tf.reduce_sum(tf.ones([2]))) == 2.0  # ops run after the clear
 
 
+def _check_retracing_warning() -> None:
+    function = tf.function(lambda x: x + 1)
+    _functions.omit_retracing_warning(function)
+    assert function._omit_frequent_tracing_warning is True
+    assert float(function(tf.constant(1.0))) == 2.0
+
+
+def _check_build_scope() -> None:
+    seen: list[tuple[str, str]] = []
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("mixed_float16")
+    try:
+        with tf.device("/CPU:0"):
+            scope = _threads.capture_build_scope()
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+    def elsewhere() -> None:
+        with scope():
+            seen.append((keras.config.dtype_policy().name, context.context().device_name))
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert seen and seen[0][0] == "mixed_float16", seen
+    assert seen[0][1].endswith("device:CPU:0"), seen
+
+
 class _Holder(keras.Model):
     """Just enough of a model for strategy_of()."""
 
@@ -136,6 +175,8 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("async checkpoint helper and Keras variable copy", _check_async_checkpoint),
     ("tf.distribute strategies, collectives and shards", _check_distribute),
     ("eager kernel cache can be cleared", _check_kernel_cache),
+    ("dtype policy and device scope carried to another thread", _check_build_scope),
+    ("tf.function frequent-retracing warning can be omitted", _check_retracing_warning),
 )
 
 _lock = threading.Lock()

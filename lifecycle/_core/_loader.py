@@ -1,0 +1,136 @@
+"""A background thread for work that must not slow down serving.
+
+Building a model version (its layers, initial values, traced serving path) is
+CPU work of the same kind as serving, and most of it is Python, run under the
+GIL. A build on an ordinary thread takes its share of the cores from the
+request threads, and holds the GIL for up to the switch interval (5 ms) each
+time a request thread waits for it: the requests' tail latency grows by that
+much. The loader thread here
+
+* runs at a lower priority (Linux, where a thread's ``nice`` value is its own),
+  so the scheduler prefers the request threads when the cores are busy; and
+* paces its Python work while requests are in flight: after each slice of
+  ``SLICE_SECONDS`` under the GIL it sleeps, so a waiting request thread takes
+  the GIL at once. ``gil_share`` is the loader's share of the time while it
+  paces. A profile hook on the loader thread does the pacing; it sees only the
+  loader's own calls.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from types import FrameType
+from typing import Any, TypeVar
+
+__all__ = ["Loader", "check_gil_share", "check_nice"]
+
+_T = TypeVar("_T")
+# Linux's range for a nice increment from 0.
+MAX_NICE = 19
+# Seconds of Python work between two pauses of a paced load.
+SLICE_SECONDS = 0.0005
+
+
+def check_nice(value: object, field: str) -> int | None:
+    """``value`` if it is ``None`` or an int in 1..19 on Linux; otherwise a clear error."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NICE:
+        raise ValueError(
+            f"`{field}` must be an int from 1 to {MAX_NICE} (a nice increment) or None. "
+            f"Received: {field}={value!r}"
+        )
+    if not sys.platform.startswith("linux"):
+        raise NotImplementedError(
+            f"`{field}` needs per-thread priorities, which only Linux has; leave it None "
+            f"on {sys.platform}."
+        )
+    return value
+
+
+def check_gil_share(value: object, field: str) -> float:
+    """``value`` as a float if it is a number in (0, 1]; otherwise a clear error."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= 1
+    ):
+        raise ValueError(f"`{field}` must be a number in (0, 1]. Received: {field}={value!r}")
+    return float(value)
+
+
+class Loader:
+    """Runs callables one at a time on a background thread of its own.
+
+    The thread starts on the first :meth:`run`. Calls wait for the result and
+    re-raise the callable's exception; a call made on the loader thread itself
+    runs at once (no deadlock). The caller's context variables are carried over.
+
+    Args:
+        name: Names the thread ``lifecycle-loader-<name>``.
+        nice: The thread's nice increment (Linux), or ``None`` for none.
+        gil_share: The share of time the loader's Python work may take while
+            ``busy()`` is true; ``1.0`` never pauses.
+        busy: Whether serving work is in flight (checked once per slice).
+    """
+
+    def __init__(
+        self, name: str, *, nice: int | None, gil_share: float, busy: Callable[[], bool]
+    ) -> None:
+        self.nice = nice
+        self.gil_share = gil_share
+        self._busy = busy
+        self._pause = SLICE_SECONDS * (1 - gil_share) / gil_share
+        #: How many times loads paused for requests in flight.
+        self.pauses = 0
+        self._ident: int | None = None
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"lifecycle-loader-{name}", initializer=self._start
+        )
+
+    def _start(self) -> None:
+        self._ident = threading.get_ident()
+        if self.nice is not None:
+            # On Linux, PRIO_PROCESS with a thread id sets that thread's nice value alone.
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.nice)
+
+    def run(self, function: Callable[[], _T]) -> _T:
+        """Run ``function`` on the loader thread and return its result."""
+        if threading.get_ident() == self._ident:
+            return function()
+        context = contextvars.copy_context()
+        return self._executor.submit(context.run, self._paced, function).result()
+
+    def _paced(self, function: Callable[[], _T]) -> _T:
+        if self._pause <= 0:
+            return function()
+        clock, sleep, busy, pause = time.perf_counter, time.sleep, self._busy, self._pause
+        slice_ends = clock() + SLICE_SECONDS
+
+        def hook(frame: FrameType, event: str, arg: Any) -> None:
+            nonlocal slice_ends
+            if event == "call" and clock() > slice_ends:
+                if busy():
+                    sleep(pause)  # releases the GIL: a waiting request thread takes it
+                    self.pauses += 1
+                slice_ends = clock() + SLICE_SECONDS
+
+        previous = sys.getprofile()
+        sys.setprofile(hook)
+        try:
+            return function()
+        finally:
+            sys.setprofile(previous)
+
+    def close(self) -> None:
+        """Wait for the call in progress, then stop the thread. Safe to call twice."""
+        self._executor.shutdown(wait=True)
