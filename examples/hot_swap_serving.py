@@ -5,8 +5,9 @@ n+1, promotes it and retires version n. Retired versions are disposed only
 after the requests holding them return.
 
 The registry is set up as a serving process would be: loads run on a loader
-thread of lower priority (Linux), and the objects alive before the first load
-are frozen so that the collection after each swap is short.
+thread of lower priority (Linux) that pauses its Python work while requests are
+in flight, and the objects alive before the first load are frozen so that the
+collection after each swap is short.
 
 Run: python examples/hot_swap_serving.py
 """
@@ -42,9 +43,11 @@ def main(swaps: int = 5, clients: int = 4) -> None:
     failures: list[Exception] = []
     stop = threading.Event()
     lock = threading.Lock()
-    # Per-thread priorities are a Linux feature; elsewhere loads run on this thread.
-    loader_nice = 10 if sys.platform.startswith("linux") else None
-    with lc.ModelRegistry(name="scoring", loader_nice=loader_nice, freeze_heap=True) as registry:
+    # Per-thread priorities are a Linux feature; elsewhere the loader only paces itself.
+    loader_nice = 19 if sys.platform.startswith("linux") else None
+    with lc.ModelRegistry(
+        name="scoring", loader_nice=loader_nice, loader_gil_share=0.5, freeze_heap=True
+    ) as registry:
         registry.load("scorer", 1, version_factory(1))
 
         def client() -> None:
