@@ -382,7 +382,7 @@ class ModelRegistry:
             _check_label(label)
         factory, estimate = self._factory(source, safe_mode)
         estimate = estimated_bytes if estimated_bytes is not None else estimate
-        with self._admin:
+        with self._administering():
             self._check_open()
             entry = self._entries.get(name)
             if entry is not None and version in entry.versions:
@@ -851,7 +851,7 @@ class ModelRegistry:
                 raise ValueError("`poll_interval` must be > 0 seconds or None.")
         base = os.path.abspath(os.fspath(base_path))
         available_versions(base)  # fail now on a missing directory
-        with self._admin:
+        with self._administering():
             self._check_open()
             if name in self._sources:
                 raise ValueError(
@@ -899,7 +899,7 @@ class ModelRegistry:
         Raises:
             UnknownModelError: ``name`` is not watched.
         """
-        with self._admin:
+        with self._administering():
             source = self._sources.pop(name, None)
             if source is None:
                 raise UnknownModelError(
@@ -921,7 +921,7 @@ class ModelRegistry:
             UnknownModelError: ``name`` is not watched.
             CheckpointError: The base path disappeared; nothing changed.
         """
-        with self._admin:
+        with self._administering():
             self._check_open()
             source = self._sources.get(name)
             if source is None:
@@ -1064,7 +1064,7 @@ class ModelRegistry:
         """
         for source in list(self._sources.values()):
             source.halt()  # outside the lock: a scan in progress needs it
-        with self._admin:
+        with self._administering():
             if self._closed:
                 return
             with self._cond:
@@ -1083,6 +1083,18 @@ class ModelRegistry:
                 self._loader.close()
 
     # -- helpers -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _administering(self) -> Iterator[None]:
+        """The admin lock, refused on the loader thread (its caller holds the lock)."""
+        if self._loader is not None and self._loader.on_thread():
+            raise LifecycleError(
+                f"ModelRegistry {self.name!r}: code running in a load (a factory, a "
+                "checkpoint restore or a warm-up) cannot load, unload, watch or close "
+                "versions of the registry loading it; do that after load() returns."
+            )
+        with self._admin:
+            yield
 
     def _check_open(self) -> None:
         if self._closed:

@@ -159,3 +159,18 @@ def test_many_swaps_log_no_retracing_warning(caplog):
             if version > 1:
                 registry.unload("risk", version - 1)
     assert "retracing" not in caplog.text
+
+
+@linux_only
+def test_a_factory_that_loads_into_its_own_registry_fails_clearly_instead_of_hanging():
+    with lc.ModelRegistry(name="nested", loader_nice=1) as registry:
+        registry.load("risk", 1, constant(1.0))
+
+        def nested():
+            registry.load("other", 1, constant(5.0))
+            return constant(2.0)()
+
+        with pytest.raises(lc.LoadError, match="cannot load, unload, watch or close") as caught:
+            registry.load("risk", 2, nested)
+        assert isinstance(caught.value.__cause__, lc.LifecycleError)
+        assert [(s.name, s.version) for s in registry.status()] == [("risk", 1)]

@@ -103,9 +103,13 @@ class Loader:
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self.nice)
 
+    def on_thread(self) -> bool:
+        """Whether the calling thread is the loader thread."""
+        return threading.get_ident() == self._ident
+
     def run(self, function: Callable[[], _T]) -> _T:
         """Run ``function`` on the loader thread and return its result."""
-        if threading.get_ident() == self._ident:
+        if self.on_thread():
             return function()
         context = contextvars.copy_context()
         return self._executor.submit(context.run, self._paced, function).result()
