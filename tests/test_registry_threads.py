@@ -1,5 +1,7 @@
 """8 threads serve through the registry while 50 promotions swap versions.
 
+Also with background loads (20 promotions: each load is paced).
+
 Runs in a child process so a crash fails the test instead of the run. Every
 version answers its own number, so each answer tells which version served it.
 """
@@ -7,6 +9,7 @@ version answers its own number, so each answer tells which version served it.
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -15,7 +18,7 @@ import json, threading, time
 import keras, numpy as np
 import lifecycle as lc
 
-SWAPS, THREADS = 50, 8
+SWAPS, THREADS = {swaps}, 8
 
 def factory(version):
     def build():
@@ -33,7 +36,7 @@ stop = threading.Event()
 # default_since[v] = (earliest, latest) instants at which v may have become default.
 default_since = {1: (0.0, 0.0)}
 
-with lc.ModelRegistry() as registry:
+with lc.ModelRegistry({options}) as registry:
     registry.load("m", 1, factory(1))
 
     def client(index):
@@ -75,8 +78,24 @@ print(json.dumps({"requests": requests, "failures": failures,
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-def test_threads_serve_through_fifty_promotions_without_a_failed_request(run_child):
-    out = json.loads(run_child(CHILD, timeout=600).strip().splitlines()[-1])
+@pytest.mark.parametrize(
+    ("options", "swaps"),
+    [
+        pytest.param("", 50, id="calling-thread"),
+        # Background loads: on the loader thread, paced while requests are in flight.
+        pytest.param(
+            "loader_nice=19, loader_gil_share=0.5",
+            20,
+            marks=pytest.mark.skipif(
+                not sys.platform.startswith("linux"), reason="loader_nice is Linux-only"
+            ),
+            id="background",
+        ),
+    ],
+)
+def test_threads_serve_through_promotions_without_a_failed_request(run_child, options, swaps):
+    child = CHILD.replace("{options}", options).replace("{swaps}", str(swaps))
+    out = json.loads(run_child(child, timeout=600).strip().splitlines()[-1])
     assert out["failures"] == []
     since = {int(v): tuple(t) for v, t in out["default_since"].items()}
     last = max(since)
@@ -92,4 +111,4 @@ def test_threads_serve_through_fifty_promotions_without_a_failed_request(run_chi
         if version != last:
             assert since[version + 1][1] >= started, (version, started, finished)
         served.add(version)
-    assert len(out["requests"]) > 1000 and len(served) > 25
+    assert len(out["requests"]) > 1000 and len(served) > swaps // 2
