@@ -7,6 +7,8 @@ registry must agree, and its status must match the reference after each step.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import keras
 import numpy as np
 import pytest
@@ -33,9 +35,11 @@ def constant(value):
 
 
 class RegistryMachine(RuleBasedStateMachine):
+    OPTIONS: ClassVar[dict[str, float]] = {}
+
     def __init__(self):
         super().__init__()
-        self.registry = lc.ModelRegistry(lease_timeout=0.01)
+        self.registry = lc.ModelRegistry(lease_timeout=0.01, **self.OPTIONS)
         self.loaded: set[int] = set()
         self.default: int | None = None
         self.labels: dict[str, int] = {}
@@ -165,3 +169,18 @@ RegistryMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_registry_operations = RegistryMachine.TestCase
+
+
+class BackgroundRegistryMachine(RegistryMachine):
+    """The same operations with loads on the loader thread (paced)."""
+
+    OPTIONS: ClassVar[dict[str, float]] = {"loader_gil_share": 0.5}
+
+
+BackgroundRegistryMachine.TestCase.settings = settings(
+    max_examples=4,
+    stateful_step_count=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_registry_operations_with_background_loads = BackgroundRegistryMachine.TestCase
