@@ -243,6 +243,10 @@ class ModelRegistry:
             with TensorFlow and Keras imported (measured). Process-wide; create
             the registry before the models it serves.
 
+    Raises:
+        ValueError: An option is out of range.
+        NotImplementedError: ``loader_nice`` outside Linux.
+
     Example:
         >>> import keras, numpy as np, lifecycle as lc
         >>> def factory():
