@@ -118,6 +118,8 @@ class RegistryStatistics:
         leases: Leases held right now.
         requests: Requests served by the loaded versions so far.
         watched: Base paths watched.
+        load_pauses: Times background loads paused for requests in flight
+            (``loader_gil_share``); 0 when loads run on the calling thread.
         session: The registry's own session (its children are the versions).
     """
 
@@ -130,6 +132,7 @@ class RegistryStatistics:
     leases: int
     requests: int
     watched: int
+    load_pauses: int
     session: SessionStatistics
 
 
@@ -1025,6 +1028,7 @@ class ModelRegistry:
             leases=sum(v.leases for v in resident),
             requests=sum(v.requests for v in resident),
             watched=len(self._sources),
+            load_pauses=self._loader.pauses if self._loader is not None else 0,
             session=self._session.statistics(),
         )
 

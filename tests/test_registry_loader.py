@@ -120,10 +120,10 @@ def test_bad_loader_gil_share_is_rejected(value):
 def test_a_paced_load_pauses_while_a_lease_is_held_and_serves_the_same():
     with lc.ModelRegistry(name="paced", loader_gil_share=0.5) as registry:
         registry.load("risk", 1, constant(1.0))
-        assert registry._loader.pauses == 0  # nothing in flight yet
+        assert registry.statistics().load_pauses == 0  # nothing in flight yet
         with registry.lease("risk"):  # a request in flight for the whole load
             registry.load("risk", 2, constant(2.0))
-        assert registry._loader.pauses > 0
+        assert registry.statistics().load_pauses > 0
         registry.promote("risk", 2)
         assert answer(registry) == 2.0
 
