@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -10,6 +13,7 @@ from typer.testing import CliRunner
 from lifecycle import cli
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -108,3 +112,38 @@ def test_missing_extras_print_the_pip_install(monkeypatch, capsys, app):
     result = runner.invoke(app, ["soak", "--plot", "x.png"])
     assert result.exit_code != 0
     assert 'pip install "keras-lifecycle[plot]"' in result.output
+
+
+def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
+    # A fresh interpreter: TensorFlow prints its notices only when first imported.
+    result = subprocess.run(
+        [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "version"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("keras-lifecycle ")
+    assert "oneDNN custom operations" not in result.stderr
+    assert "absl::InitializeLog" not in result.stderr
+    assert not re.search(r"^I\d{4} ", result.stderr, re.MULTILINE), result.stderr
+
+
+def test_the_notice_filter_keeps_warnings_errors_and_other_output():
+    from lifecycle_cli import _NOTICE
+
+    dropped = [
+        "I0000 00:00:1796287763.806807   22228 port.cc:153] oneDNN custom operations are on.",
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+        "To enable the following instructions: AVX2 FMA, in other operations, rebuild "
+        "TensorFlow with the appropriate compiler flags.",
+    ]
+    kept = [
+        "W0000 00:00:1796287763.806807   22228 some.cc:1] a warning",
+        "E0000 00:00:1796287765.1   22228 cuda_platform.cc:52] failed call to cuInit",
+        "Traceback (most recent call last):",
+        "I like this line",
+    ]
+    assert all(_NOTICE.match(line) for line in dropped)
+    assert not any(_NOTICE.match(line) for line in kept)
