@@ -30,7 +30,12 @@ _NOTICE = re.compile(
 def _import_quietly() -> None:
     """Import ``lifecycle.cli`` with fd 2 captured; write back all but TF's notices."""
     sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (an embedding host): nothing to filter
+        import lifecycle.cli
+
+        return
     with tempfile.TemporaryFile(mode="w+b") as captured:
         os.dup2(captured.fileno(), 2)
         try:
