@@ -19,7 +19,7 @@ import keras
 from . import _tf
 from ._checkpoints import CheckpointKeeper, keeper_of
 from ._core import ModelState, check_timeout
-from ._record import _DEFAULT, DEFAULT_DISPOSE_TIMEOUT, DisposeReport, ModelRecord, disposed_error
+from ._record import DEFAULT, DEFAULT_DISPOSE_TIMEOUT, DisposeReport, ModelRecord, disposed_error
 from ._session import LifecycleSession, current_session
 from .errors import NotAModelError
 
@@ -208,7 +208,7 @@ class ManagedModel(keras.Model):
         )
 
     def dispose(
-        self, *, timeout: Any = _DEFAULT, collect: bool | None = None, coordinate: bool = True
+        self, *, timeout: Any = DEFAULT, collect: bool | None = None, coordinate: bool = True
     ) -> DisposeReport:
         """Release every buffer the model owns; idempotent.
 

@@ -166,7 +166,7 @@ class ModelRecord:
         self, model: keras.Model, timeout: Any, collect: bool | None, coordinate: bool = True
     ) -> DisposeReport:
         """The body of ``ManagedModel.dispose()``; see there."""
-        timeout = self.dispose_timeout if timeout is _DEFAULT else check_timeout(timeout)
+        timeout = self.dispose_timeout if timeout is DEFAULT else check_timeout(timeout)
         if self.gate.held_by_current_thread():
             raise DisposeInProgressError(
                 f"dispose() of {self.describe()} was called from inside a call to the same "
@@ -336,7 +336,8 @@ def disposed_error(model: keras.Model, what: str) -> DisposedError:
     )
 
 
-_DEFAULT: Any = object()
+# A dispose timeout not given: use the record's own (None already means "no limit").
+DEFAULT: Any = object()
 
 
 @contextlib.contextmanager

@@ -18,7 +18,16 @@ from typing import Any, Protocol
 import attrs
 
 from . import _tf
-from ._core import PROCESS, Cleaner, CleanerStatistics, CleanupStrategy, SessionState, check_timeout
+from ._core import (
+    LIVE_MODELS,
+    PROCESS,
+    Cleaner,
+    CleanerStatistics,
+    CleanupStrategy,
+    SessionState,
+    check_optional_int,
+    check_timeout,
+)
 from .errors import DisposeInProgressError, DrainTimeoutError, LifecycleError
 
 __all__ = [
@@ -91,21 +100,6 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
-class _Counter:
-    """A thread-safe integer."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.value = 0
-
-    def add(self, delta: int) -> None:
-        with self._lock:
-            self.value += delta
-
-
-# Managed models owned by any session in the process and not yet disposed or
-# cleaned: the clear_session policy runs only when there are none.
-_live_models = _Counter()
 _names = itertools.count(1)
 _local = threading.local()
 
@@ -118,11 +112,7 @@ def _stack() -> list[LifecycleSession]:
 
 
 def _check_threshold(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        raise ValueError(
-            f"`{attribute.name}` must be a positive number of bytes or None. "
-            f"Received: {attribute.name}={value!r}"
-        )
+    check_optional_int(value, attribute.name, minimum=1, what="a number of bytes")
 
 
 def _check_strategy(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -310,7 +300,7 @@ class LifecycleSession:
                     "session (or outside any, in the default session)."
                 )
             self._records[id(record)] = record
-        _live_models.add(1)
+        LIVE_MODELS.add(1)
         PROCESS.add("models_managed")
 
     def forget(self, record: Owned, *, cleaned: bool) -> None:
@@ -318,7 +308,7 @@ class LifecycleSession:
         with self._lock:
             if self._records.pop(id(record), None) is None:
                 return
-            _live_models.add(-1)
+            LIVE_MODELS.add(-1)
             PROCESS.add("models_cleaned" if cleaned else "models_disposed")
             if cleaned:
                 self._models_cleaned += 1
@@ -399,7 +389,7 @@ class LifecycleSession:
     def _maybe_clear_session(self) -> None:
         if self.clear_session is False:
             return
-        if self.clear_session is None and _live_models.value > 0:
+        if self.clear_session is None and LIVE_MODELS.value > 0:
             return
         _tf.clear_session_preserving_caller_state()
         with self._lock:

@@ -43,17 +43,9 @@ class LeakCheck:
     def report(self) -> Any:
         """The :class:`~lifecycle.monitoring.LeakReport` of what leaked since :meth:`start`."""
         from . import _graveyard
-        from .monitoring._leaks import LeakReport, _disposed_candidates, _report, live_models
+        from .monitoring._leaks import leaks_among
 
-        created = [m for m in _graveyard.managed_models() if id(m) not in self._before]
-        live = live_models(created)
-        disposed = [m for m in created if m not in live]
-        candidates = [("live", m) for m in live] + _disposed_candidates(disposed)
-        report = _report(candidates, max_depth=25, max_chains=20, require_chain=False)
-        # A disposed model held only by locals of the finished code is not a
-        # leak; one reachable from a module is.
-        leaks = tuple(leak for leak in report.leaks if leak.kind == "live" or leak.chain)
-        return LeakReport(leaks, report.summarized if leaks else ())
+        return leaks_among(m for m in _graveyard.managed_models() if id(m) not in self._before)
 
     def check(self, *, dispose_live: bool = True) -> None:
         """Raise ``AssertionError`` with the report if anything leaked.
@@ -89,7 +81,7 @@ def assert_no_leaks() -> None:
         AssertionError: With the leak report.
         ImportError: objgraph (extra ``leaks``) is not installed.
     """
-    from .monitoring._leaks import find_leaks
+    from .monitoring import find_leaks
 
     report = find_leaks(include_live=True)
     leaks = tuple(leak for leak in report.leaks if leak.kind == "live" or leak.chain)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lifecycle as lc
-from lifecycle._core._routing import key_fraction
+from lifecycle._core import key_fraction
 
 X = np.ones((2, 4), "float32")
 
@@ -311,10 +311,7 @@ def test_routing_by_key_is_sticky_and_stable_across_processes(registry, run_chil
     assert set(first) == {1.0, 2.0}
     # BLAKE2b, not the salted hash(): the same in processes with other hash seeds.
     keys = ["user-42", "k7", "\u00e9t\u00e9"]
-    code = (
-        "from lifecycle._core._routing import key_fraction; "
-        f"print([key_fraction(k) for k in {keys!r}])"
-    )
+    code = f"from lifecycle._core import key_fraction; print([key_fraction(k) for k in {keys!r}])"
     for seed in ("1", "2"):
         out = run_child(code, env={"PYTHONHASHSEED": seed}, timeout=120)
         assert out.strip() == str([key_fraction(k) for k in keys])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import keras
 import numpy as np
 import pytest
@@ -144,21 +146,27 @@ def test_a_failing_new_version_does_not_retire_the_serving_one(tmp_path):
         assert (report.loaded, report.retired, report.default) == ((3,), (1,), 3)
 
 
+def watch_thread(registry, name):
+    """The polling thread of a watch, found by its documented name."""
+    wanted = f"lifecycle-watch-{registry.name}-{name}"
+    return next((t for t in threading.enumerate() if t.name == wanted), None)
+
+
 def test_polling_follows_the_base_path_until_unwatched(tmp_path):
     import time
 
     publish(tmp_path, 1, 1.0)
     with lc.ModelRegistry() as registry:
         registry.watch("risk", tmp_path, factory, poll_interval=0.1)
-        source = registry._sources["risk"]
-        assert source.thread is not None and source.thread.is_alive()
+        thread = watch_thread(registry, "risk")
+        assert thread is not None and thread.is_alive()
         publish(tmp_path, 2, 2.0)
         deadline = time.monotonic() + 60
         while registry.last_scan("risk").default != 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert registry.last_scan("risk").default == 2 and answer(registry) == 2.0
         registry.unwatch("risk")
-        assert not source.thread.is_alive()
+        assert not thread.is_alive()
         with pytest.raises(lc.UnknownModelError):
             registry.last_scan("risk")
         with pytest.raises(ValueError, match="poll_interval"):
@@ -169,6 +177,6 @@ def test_close_stops_the_polling_thread(tmp_path):
     publish(tmp_path, 1, 1.0)
     registry = lc.ModelRegistry()
     registry.watch("risk", tmp_path, factory, poll_interval=0.05)
-    thread = registry._sources["risk"].thread
+    thread = watch_thread(registry, "risk")
     registry.close()
     assert not thread.is_alive()

@@ -373,7 +373,7 @@ def test_cleanup_strategy_has_exactly_the_three_members():
 def settle_default_session():
     # Models other tests dropped count as live until a cleaner has cleaned them.
     collect_until(lambda: lc._session._root().cleaner.wait_idle(30))
-    collect_until(lambda: lc._session._live_models.value == 0)
+    collect_until(lambda: lc.statistics().live_models == 0)
 
 
 def test_clear_session_at_close_keeps_dtype_policy_and_names():

@@ -89,11 +89,11 @@ class CleanerStatistics:
 _running_cleaners: weakref.WeakSet[Cleaner] = weakref.WeakSet()
 
 
-# Every cleaner not yet garbage-collected, for process statistics.
+# Every cleaner not yet garbage-collected, running or stopped, for process statistics.
 _all_cleaners: weakref.WeakSet[Cleaner] = weakref.WeakSet()
 
 
-def running_cleaners() -> list[Cleaner]:
+def all_cleaners() -> list[Cleaner]:
     """Every cleaner still referenced (for process statistics)."""
     return list(_all_cleaners)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["PROCESS", "Counters"]
+__all__ = ["LIVE_MODELS", "PROCESS", "Counters", "Gauge"]
 
 
 class Counters:
@@ -36,3 +36,21 @@ class Counters:
 
 #: The totals of this process.
 PROCESS = Counters()
+
+
+class Gauge:
+    """A thread-safe integer that goes up and down (a level, not a total)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, delta: int) -> None:
+        """Add ``delta`` (negative to lower it)."""
+        with self._lock:
+            self.value += delta
+
+
+#: Managed models owned by any session of this process and not yet disposed
+#: or cleaned up.
+LIVE_MODELS = Gauge()

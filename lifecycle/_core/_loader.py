@@ -29,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any, TypeVar
 
+from ._checks import check_optional_int
+
 __all__ = ["Loader", "check_gil_share", "check_nice"]
 
 _T = TypeVar("_T")
@@ -42,11 +44,7 @@ def check_nice(value: object, field: str) -> int | None:
     """``value`` if it is ``None`` or an int in 1..19 on Linux; otherwise a clear error."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_NICE:
-        raise ValueError(
-            f"`{field}` must be an int from 1 to {MAX_NICE} (a nice increment) or None. "
-            f"Received: {field}={value!r}"
-        )
+    check_optional_int(value, field, minimum=1, maximum=MAX_NICE, what="an int (a nice increment)")
     if not sys.platform.startswith("linux"):
         raise NotImplementedError(
             f"`{field}` needs per-thread priorities, which only Linux has; leave it None "

@@ -16,6 +16,8 @@ import threading
 
 import attrs
 
+from ._checks import check_optional_int
+
 __all__ = ["AllocatorSettings", "trim", "trimming", "tune_allocator"]
 
 _M_MMAP_THRESHOLD = -3
@@ -89,14 +91,7 @@ def tune_allocator(
         65536
     """
     global _settings
-    if mmap_threshold is not None and (
-        isinstance(mmap_threshold, bool)
-        or not isinstance(mmap_threshold, int)
-        or mmap_threshold <= 0
-    ):
-        raise ValueError(
-            f"`mmap_threshold` must be a positive int or None. Received: {mmap_threshold!r}"
-        )
+    check_optional_int(mmap_threshold, "mmap_threshold", minimum=1)
     libc = _libc()
     with _lock:
         if libc is None:

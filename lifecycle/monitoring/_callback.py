@@ -6,12 +6,11 @@ from typing import Any
 
 import keras
 
+from .._core import MiB, check_optional_int
 from .._session import current_session
 from ._statistics import statistics
 
 __all__ = ["LifecycleCallback"]
-
-MiB = 2**20
 
 
 class LifecycleCallback(keras.callbacks.Callback):
@@ -43,14 +42,7 @@ class LifecycleCallback(keras.callbacks.Callback):
 
     def __init__(self, *, safe_point_every: int | None = 100, log_dir: str | None = None) -> None:
         super().__init__()
-        if safe_point_every is not None and (
-            isinstance(safe_point_every, bool)
-            or not isinstance(safe_point_every, int)
-            or safe_point_every < 1
-        ):
-            raise ValueError(
-                f"`safe_point_every` must be a positive int or None. Received: {safe_point_every!r}"
-            )
+        check_optional_int(safe_point_every, "safe_point_every", minimum=1)
         if log_dir is not None:
             try:
                 import tensorboard  # noqa: F401 - tf.summary needs it

@@ -368,3 +368,21 @@ def check_disposed(model: Any, *, max_depth: int = 25) -> LeakReport:
     return _report(
         _disposed_candidates([model]), max_depth=max_depth, max_chains=20, require_chain=True
     )
+
+
+def leaks_among(models: Iterable[Any]) -> LeakReport:
+    """Which of ``models`` leaked: still live, or disposed and reachable from a module.
+
+    For checks around a block of code (``lifecycle.testing.no_leaks``): a
+    disposed model held only by locals of the finished code is not a leak.
+
+    Raises:
+        ImportError: objgraph is not installed; the message says how to install it.
+    """
+    models = list(models)
+    live = live_models(models)
+    disposed = [m for m in models if m not in live]
+    candidates = [("live", m) for m in live] + _disposed_candidates(disposed)
+    report = _report(candidates, max_depth=25, max_chains=20, require_chain=False)
+    leaks = tuple(leak for leak in report.leaks if leak.kind == "live" or leak.chain)
+    return LeakReport(leaks, report.summarized if leaks else ())

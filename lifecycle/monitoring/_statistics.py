@@ -5,8 +5,7 @@ from __future__ import annotations
 import attrs
 
 from .. import _tf
-from .._core import PROCESS, running_cleaners
-from .._session import _live_models
+from .._core import LIVE_MODELS, PROCESS, all_cleaners
 
 __all__ = ["DeviceMemory", "Statistics", "statistics"]
 
@@ -84,7 +83,7 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
     """
     totals = PROCESS.snapshot()
     return Statistics(
-        live_models=_live_models.value,
+        live_models=LIVE_MODELS.value,
         models_managed=int(totals.get("models_managed", 0)),
         models_disposed=int(totals.get("models_disposed", 0)),
         models_cleaned=int(totals.get("models_cleaned", 0)),
@@ -94,7 +93,7 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
         live_traced_graphs=_tf.live_func_graphs() if count_graphs else None,
         collections=int(totals.get("collections", 0)),
         collection_seconds=float(totals.get("collection_seconds", 0.0)),
-        cleaner_queue=sum(cleaner.statistics().queued for cleaner in running_cleaners()),
+        cleaner_queue=sum(cleaner.statistics().queued for cleaner in all_cleaners()),
         rss_bytes=_tf.memory.rss_bytes(),
         device_memory=tuple(DeviceMemory(*entry) for entry in _tf.memory.device_memory()),
     )

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import attrs
 
-__all__ = ["LeakTrendMonitor", "Trend"]
+from .._core import MiB, check_int
 
-MiB = 2**20
+__all__ = ["LeakTrendMonitor", "Trend"]
 
 
 def _t_quantile(p: float, df: int) -> float:
@@ -135,8 +135,7 @@ class LeakTrendMonitor:
         confidence: float = 0.95,
         probe: Callable[[], float] | None = None,
     ) -> None:
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"`warmup` must be an int >= 0. Received: warmup={warmup!r}")
+        check_int(warmup, "warmup")
         if not 0 < confidence < 1:
             raise ValueError(f"`confidence` must be in (0, 1). Received: {confidence!r}")
         if tolerance < 0:

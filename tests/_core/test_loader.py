@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from lifecycle._core._loader import Loader, check_gil_share, check_nice
+from lifecycle._core import Loader, check_gil_share, check_nice
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
 

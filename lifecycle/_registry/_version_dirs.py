@@ -1,4 +1,4 @@
-"""Version directories under a base path, and which of them to serve.
+"""Version directories under a base path (TensorFlow Serving's layout), and which to serve.
 
 The layout is TensorFlow Serving's: ``<base>/<version>/`` holds the checkpoints
 of one version, ``<version>`` a non-negative integer. A version counts once its
@@ -9,23 +9,15 @@ so a save still in progress is never loaded.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
 
 import attrs
-import keras
 import tensorflow as tf
 
-from .errors import CheckpointError
+from .._core import check_int, is_int
+from ..errors import CheckpointError
 
-__all__ = ["ScanReport", "VersionPolicy", "available_versions"]
-
-
-def _check_count(count: Any) -> int:
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"`n` must be an int >= 1. Received: n={count!r}")
-    return count
+__all__ = ["VersionPolicy", "available_versions"]
 
 
 @attrs.frozen
@@ -47,7 +39,7 @@ class VersionPolicy:
     @classmethod
     def latest(cls, n: int = 1) -> VersionPolicy:
         """Serve the ``n`` highest version numbers present."""
-        return cls(kind="latest", count=_check_count(n))
+        return cls(kind="latest", count=check_int(n, "n", minimum=1))
 
     @classmethod
     def all(cls) -> VersionPolicy:
@@ -58,9 +50,7 @@ class VersionPolicy:
     def specific(cls, versions: Iterable[int]) -> VersionPolicy:
         """Serve exactly these versions, as they appear."""
         chosen = frozenset(versions)
-        if not chosen or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in chosen
-        ):
+        if not chosen or any(not is_int(v) or v < 0 for v in chosen):
             raise ValueError(
                 "`versions` must be a non-empty collection of ints >= 0. "
                 f"Received: {sorted(chosen, key=repr)!r}"
@@ -75,55 +65,6 @@ class VersionPolicy:
         if self.kind == "all":
             return frozenset(present)
         return frozenset(v for v in present if v in self.versions)
-
-
-@attrs.frozen
-class ScanReport:
-    """What one scan of a watched base path did.
-
-    Attributes:
-        name: The model's name.
-        available: Versions with a complete checkpoint, ascending.
-        wanted: Versions the policy serves, ascending.
-        loaded: Versions loaded by this scan.
-        retired: Versions retired by this scan (they drain, then go).
-        failed: ``(version, error message)`` for versions that did not load;
-            the next scan tries them again.
-        default: The model's default version after the scan.
-    """
-
-    name: str
-    available: tuple[int, ...]
-    wanted: tuple[int, ...]
-    loaded: tuple[int, ...]
-    retired: tuple[int, ...]
-    failed: tuple[tuple[int, str], ...]
-    default: int | None
-
-
-@attrs.define(eq=False)
-class Source:
-    """A watched base path of one model name."""
-
-    base: str
-    factory: Callable[[], keras.Model]
-    policy: VersionPolicy
-    warmup: Any
-    strict: bool
-    poll_interval: float | None = None
-    # Versions this source loaded and still serves.
-    served: set[int] = attrs.field(factory=set)
-    last: ScanReport | None = None
-    last_error: str | None = None
-    stop: threading.Event = attrs.field(factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def halt(self) -> None:
-        """Stop the polling thread, if any, and wait for its scan in progress."""
-        self.stop.set()
-        thread = self.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
 
 
 def available_versions(base: str) -> list[int]:

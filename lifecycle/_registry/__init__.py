@@ -1,0 +1,25 @@
+"""The model registry: versions, leases, hot swap, A/B routing, budgets, watched directories.
+
+Start with ``_registry.py`` (the coordinator); each module beside it holds one
+concern, named in its docstring.
+"""
+
+from ._registry import ModelRegistry as ModelRegistry
+from ._status import RegistryStatistics as RegistryStatistics
+from ._status import SwapPolicy as SwapPolicy
+from ._status import VersionState as VersionState
+from ._status import VersionStatus as VersionStatus
+from ._version_dirs import VersionPolicy as VersionPolicy
+from ._version_dirs import available_versions as available_versions
+from ._watching import ScanReport as ScanReport
+
+__all__ = [
+    "ModelRegistry",
+    "RegistryStatistics",
+    "ScanReport",
+    "SwapPolicy",
+    "VersionPolicy",
+    "VersionState",
+    "VersionStatus",
+    "available_versions",
+]

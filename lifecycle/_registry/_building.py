@@ -1,0 +1,150 @@
+"""Building a version: from a source to a managed, restored, warmed-up model.
+
+A version is built in a child session of the registry's, under fresh layer
+names and the scopes ``name/v<version>`` (so its variables are
+``name/v<version>/<layer>/...``, identical across versions), restored from a
+checkpoint if asked, and its serving path traced and called once before any
+request can reach it. A failed build disposes whatever it made.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from .. import _tf
+from .._checkpoints import restore_checkpoint
+from .._core import CleanupStrategy
+from .._model import manage
+from .._serving import serving_function
+from .._session import LifecycleSession
+from ..errors import CheckpointError, LoadError
+from ._versions import LoadedVersion
+
+__all__ = ["build_version", "factory_of"]
+
+
+def factory_of(source: Any, safe_mode: bool) -> tuple[Callable[[], keras.Model], int | None]:
+    """A zero-argument factory for ``source``, and the bytes it will hold if known.
+
+    Args:
+        source: A zero-argument callable returning a Keras model, or the path
+            of a ``.keras`` file.
+        safe_mode: Keras ``safe_mode`` for files.
+
+    Raises:
+        FileNotFoundError: ``source`` is a path that does not exist.
+        TypeError: ``source`` is neither.
+    """
+    if callable(source):
+        return source, None
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"No saved model at {path!r}: nothing was loaded.")
+
+        def from_file() -> keras.Model:
+            return keras.models.load_model(path, compile=False, safe_mode=safe_mode)
+
+        return from_file, _weights_bytes(path)
+    raise TypeError(
+        "`source` must be a zero-argument callable returning a Keras model or the "
+        f"path of a .keras file. Received: {source!r}"
+    )
+
+
+def build_version(
+    parent: LifecycleSession,
+    name: str,
+    version: int,
+    factory: Callable[[], keras.Model],
+    *,
+    warmup: Any,
+    checkpoint: str | None,
+    strict: bool,
+) -> LoadedVersion:
+    """Build, restore and warm up a version in a child session of ``parent``.
+
+    Raises:
+        CheckpointError: The checkpoint does not fit; the partial model was disposed.
+        LoadError: The factory or the warm-up failed; the partial model was disposed.
+    """
+    session = LifecycleSession(
+        cleanup=CleanupStrategy.ON_SESSION_CLOSE,
+        name=f"{parent.name}/{name}/v{version}",
+        parent=parent,
+        clear_session=False,
+    )
+    loaded = LoadedVersion(name=name, version=version, session=session)
+    started = time.perf_counter()
+    stage = "factory"
+    try:
+        with session.activate(), _tf.isolated_names(name, f"v{version}"):
+            model = factory()
+            if not isinstance(model, keras.Model):
+                raise TypeError(
+                    f"the factory returned {type(model).__qualname__}, not a keras.Model"
+                )
+            model = manage(model, session=session)
+            if checkpoint is not None:
+                stage = "checkpoint restore"
+                restore_checkpoint(model, checkpoint, strict=strict)
+            stage = "warm-up"
+            sample = warmup if warmup is not None else _sample_from_inputs(model)
+            if sample is None:
+                raise ValueError("the model does not know its inputs: pass warmup=<a sample input>")
+            serve = serving_function(model, _specs(sample))
+            serve(sample)
+    except CheckpointError:
+        session.close()
+        raise
+    except Exception as error:
+        session.close()
+        raise LoadError(
+            f"Loading {name!r} version {version} failed in its {stage}: "
+            f"{type(error).__name__}: {error}. The partial model was disposed; the "
+            "registry is unchanged."
+        ) from error
+    loaded.model, loaded.serve = model, serve
+    loaded.nbytes = model.owned_bytes
+    loaded.load_seconds = time.perf_counter() - started
+    return loaded
+
+
+def _weights_bytes(path: str) -> int | None:
+    """The size of a ``.keras`` archive's weights, read before loading it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.getinfo("model.weights.h5").file_size
+    except (KeyError, zipfile.BadZipFile):
+        return None
+
+
+def _specs(sample: Any) -> Any:
+    """A TensorSpec nest with a free batch dimension, from a sample input."""
+
+    def spec(value: Any) -> tf.TensorSpec:
+        tensor = tf.convert_to_tensor(value)
+        return tf.TensorSpec([None, *tensor.shape[1:]], tensor.dtype)
+
+    return tf.nest.map_structure(spec, sample)
+
+
+def _sample_from_inputs(model: keras.Model) -> Any:
+    """Zeros of batch 1 for a model that knows its inputs (functional, Sequential)."""
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        inputs = None
+    if not inputs:
+        return None
+    samples = [
+        tf.zeros([1, *(d or 1 for d in tensor.shape[1:])], tensor.dtype) for tensor in inputs
+    ]
+    return samples[0] if len(samples) == 1 else samples

@@ -1,0 +1,97 @@
+"""The registry's values: swap policy, version states, status and statistics snapshots."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from .._session import SessionStatistics
+
+__all__ = ["RegistryStatistics", "SwapPolicy", "VersionState", "VersionStatus"]
+
+
+class SwapPolicy(enum.Enum):
+    """What a load does when the new version does not fit next to the old ones."""
+
+    #: Load the new version first, then retire old ones: no gap in serving,
+    #: but old and new are resident together. Never evicts a default version.
+    AVAILABILITY_PRESERVING = "availability_preserving"
+    #: Retire old versions first (the model's default included), then load:
+    #: memory never holds both, and requests in the gap wait for the new one.
+    RESOURCE_PRESERVING = "resource_preserving"
+
+
+class VersionState(enum.Enum):
+    """Where a loaded version is in its life."""
+
+    #: Being built and warmed up; not routable.
+    LOADING = "loading"
+    #: Routable.
+    READY = "ready"
+    #: Unloaded: refuses new leases, disposed when its last lease returns.
+    RETIRING = "retiring"
+    #: Disposed.
+    UNLOADED = "unloaded"
+
+
+@attrs.frozen
+class VersionStatus:
+    """A snapshot of one loaded version.
+
+    Attributes:
+        name: The model's name.
+        version: The version number.
+        state: ``LOADING``, ``READY``, ``RETIRING`` or ``UNLOADED``.
+        default: Whether unrouted requests go to it.
+        labels: Labels pointing to it, sorted.
+        weight: Its share of the model's routed traffic (0 to 1), or ``None``
+            when the model has no route.
+        leases: Leases held right now.
+        bytes: Bytes of its buffers.
+        load_seconds: Time its load took (build and warm-up).
+        requests: Leases taken (requests served) so far.
+    """
+
+    name: str
+    version: int
+    state: VersionState
+    default: bool
+    labels: tuple[str, ...]
+    weight: float | None
+    leases: int
+    bytes: int
+    load_seconds: float
+    requests: int
+
+
+@attrs.frozen
+class RegistryStatistics:
+    """A snapshot of a whole registry (``registry.statistics()``).
+
+    Attributes:
+        name: The registry's name.
+        models: Model names with a loaded or loading version.
+        versions: Versions loaded (ready or retiring).
+        loading: Versions being loaded.
+        bytes: Bytes the loaded versions hold.
+        memory_budget: The budget, or ``None``.
+        leases: Leases held right now.
+        requests: Requests served by the loaded versions so far.
+        watched: Base paths watched.
+        load_pauses: Times background loads paused for requests in flight
+            (``loader_gil_share``); 0 when loads run on the calling thread.
+        session: The registry's own session (its children are the versions).
+    """
+
+    name: str
+    models: int
+    versions: int
+    loading: int
+    bytes: int
+    memory_budget: int | None
+    leases: int
+    requests: int
+    watched: int
+    load_pauses: int
+    session: SessionStatistics

@@ -1,0 +1,245 @@
+"""Watching base paths: scans that bring a model's versions in line with its directories.
+
+Each watched model name has a :class:`Watch`: its base path, the factory that
+builds its architecture, the version policy, and the versions this watch
+loaded. A scan loads the versions the policy wants and lacks, makes the newest
+the default, and retires the versions it loaded that left the policy. With a
+poll interval, a thread of the watch's own scans repeatedly (TensorFlow
+Serving's file-system polling).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import keras
+
+from ..errors import (
+    BudgetExceededError,
+    CheckpointError,
+    LifecycleError,
+    LoadError,
+    UnknownModelError,
+)
+from ._retiring import Retirement
+from ._status import SwapPolicy
+from ._table import VersionTable
+from ._version_dirs import VersionPolicy, available_versions
+
+__all__ = ["ScanReport", "Watch", "Watcher"]
+
+
+@attrs.frozen
+class ScanReport:
+    """What one scan of a watched base path did.
+
+    Attributes:
+        name: The model's name.
+        available: Versions with a complete checkpoint, ascending.
+        wanted: Versions the policy serves, ascending.
+        loaded: Versions loaded by this scan.
+        retired: Versions retired by this scan (they drain, then go).
+        failed: ``(version, error message)`` for versions that did not load;
+            the next scan tries them again.
+        default: The model's default version after the scan.
+    """
+
+    name: str
+    available: tuple[int, ...]
+    wanted: tuple[int, ...]
+    loaded: tuple[int, ...]
+    retired: tuple[int, ...]
+    failed: tuple[tuple[int, str], ...]
+    default: int | None
+
+
+@attrs.define(eq=False)
+class Watch:
+    """A watched base path of one model name."""
+
+    base: str
+    factory: Callable[[], keras.Model]
+    policy: VersionPolicy
+    warmup: Any
+    strict: bool
+    poll_interval: float | None = None
+    # Versions this watch loaded and still serves.
+    served: set[int] = attrs.field(factory=set)
+    last: ScanReport | None = None
+    last_error: str | None = None
+    stop: threading.Event = attrs.field(factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def halt(self) -> None:
+        """Stop the polling thread, if any, and wait for its scan in progress."""
+        self.stop.set()
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+class Watcher:
+    """The watched base paths of one registry, and their scans.
+
+    The caller holds the registry's admin lock around :meth:`add`,
+    :meth:`remove` and :meth:`scan`.
+
+    Args:
+        registry: The registry's name, for messages and thread names.
+        table: The registry's version table.
+        retirement: Retires the versions that left a policy.
+        load: The registry's ``load``.
+        swap_policy: Whether new versions load before old ones retire.
+    """
+
+    def __init__(
+        self,
+        registry: str,
+        table: VersionTable,
+        retirement: Retirement,
+        load: Callable[..., Any],
+        swap_policy: SwapPolicy,
+    ) -> None:
+        self._registry = registry
+        self._table = table
+        self._retirement = retirement
+        self._load = load
+        self._swap_policy = swap_policy
+        self._watches: dict[str, Watch] = {}
+
+    def __len__(self) -> int:
+        return len(self._watches)
+
+    def get(self, name: str) -> Watch:
+        """The watch of ``name``.
+
+        Raises:
+            UnknownModelError: ``name`` is not watched.
+        """
+        watch = self._watches.get(name)
+        if watch is None:
+            raise UnknownModelError(f"{name!r} is not watched. Watched: {sorted(self._watches)}")
+        return watch
+
+    def add(self, name: str, watch: Watch) -> None:
+        """Start watching ``name``.
+
+        Raises:
+            ValueError: ``name`` is already watched.
+        """
+        if name in self._watches:
+            raise ValueError(
+                f"{name!r} already watches {self._watches[name].base!r}; unwatch() it first."
+            )
+        self._watches[name] = watch
+
+    def start_polling(self, name: str, watch: Watch) -> None:
+        """Scan ``name`` every ``watch.poll_interval`` seconds on a thread of its own."""
+        watch.thread = threading.Thread(
+            target=self._poll,
+            args=(name, watch),
+            name=f"lifecycle-watch-{self._registry}-{name}",
+            daemon=True,
+        )
+        watch.thread.start()
+
+    def remove(self, name: str) -> Watch:
+        """Stop watching ``name`` (the caller halts the returned watch).
+
+        Raises:
+            UnknownModelError: ``name`` is not watched.
+        """
+        watch = self.get(name)
+        del self._watches[name]
+        return watch
+
+    def halt_all(self) -> None:
+        """Stop every polling thread, waiting for scans in progress."""
+        for watch in list(self._watches.values()):
+            watch.halt()
+
+    def clear(self) -> None:
+        """Forget every watch."""
+        self._watches.clear()
+
+    def _poll(self, name: str, watch: Watch) -> None:
+        assert watch.poll_interval is not None
+        while not watch.stop.wait(watch.poll_interval):
+            try:
+                self.scan(name)
+            except (UnknownModelError, LifecycleError) as error:
+                if self._table.closed or self._watches.get(name) is not watch:
+                    return  # unwatched or closed meanwhile
+                watch.last_error = f"{type(error).__name__}: {error}"
+            except Exception as error:  # keep polling: the next scan may succeed
+                watch.last_error = f"{type(error).__name__}: {error}"
+
+    def scan(self, name: str) -> ScanReport:
+        """Bring ``name``'s loaded versions in line with its base path (see ``ModelRegistry.scan``).
+
+        Raises:
+            UnknownModelError: ``name`` is not watched.
+            CheckpointError: The base path disappeared; nothing changed.
+        """
+        watch = self.get(name)
+        available = available_versions(watch.base)
+        wanted = watch.policy.select(available)
+        present = self._table.present(name)
+        # A version unloaded by hand is the registry's business, not ours.
+        watch.served &= present
+        leaving = sorted(watch.served - wanted)
+        retired: list[int] = []
+        if self._swap_policy is SwapPolicy.RESOURCE_PRESERVING:
+            retired += self._retire_leaving(name, watch, leaving, wanted)
+        loaded, failed = [], []
+        for version in sorted(wanted - present):
+            try:
+                self._load(
+                    name,
+                    version,
+                    watch.factory,
+                    warmup=watch.warmup,
+                    checkpoint=os.path.join(watch.base, str(version)),
+                    strict=watch.strict,
+                )
+            except (LoadError, CheckpointError, BudgetExceededError) as error:
+                failed.append((version, f"{type(error).__name__}: {error}"))
+            else:
+                loaded.append(version)
+                watch.served.add(version)
+        self._table.promote_newest(name, wanted)
+        ready_wanted = wanted & set(self._table.ready(name))
+        if self._swap_policy is SwapPolicy.AVAILABILITY_PRESERVING and ready_wanted:
+            # Only once a wanted version serves: if every new one failed, the
+            # old ones keep serving until a later scan succeeds.
+            retired += self._retire_leaving(name, watch, leaving, wanted)
+        watch.last = ScanReport(
+            name=name,
+            available=tuple(available),
+            wanted=tuple(sorted(wanted)),
+            loaded=tuple(loaded),
+            retired=tuple(retired),
+            failed=tuple(failed),
+            default=self._table.default(name),
+        )
+        watch.last_error = None
+        return watch.last
+
+    def _retire_leaving(
+        self, name: str, watch: Watch, leaving: list[int], wanted: frozenset[int]
+    ) -> list[int]:
+        """Retire versions that left a watch's policy; labels and routes on them go too."""
+        retired = []
+        for version in leaving:
+            loaded = self._table.find(name, version)
+            if loaded is None or not self._table.unpin(loaded, wanted):
+                watch.served.discard(version)
+                continue
+            self._retirement.retire(loaded, wait=False)
+            watch.served.discard(version)
+            retired.append(version)
+        return retired
