@@ -86,16 +86,19 @@ class UnknownModelError(LifecycleError, LookupError):
 
 
 class LoadError(LifecycleError, RuntimeError):
-    """A registry load failed; the partial model was disposed, nothing else changed.
+    """A registry load failed; the partial model was disposed.
 
-    The original exception is the ``__cause__``.
+    Versions evicted to make room for it were brought back (or, if that failed
+    too, the message names them). The original exception is the ``__cause__``.
     """
 
 
 class BudgetExceededError(LifecycleError, MemoryError):
     """A load cannot fit the registry's memory budget or version cap.
 
-    Nothing changed: no version was evicted and the new one was not kept.
+    Refused before building: nothing changed. Refused after building (the
+    version came out larger than estimated): the new one was not kept and the
+    versions evicted for it were brought back, as the message says.
     """
 
 

@@ -266,6 +266,65 @@ def test_an_estimate_over_budget_is_refused_before_building():
         assert called == [] and reg.status() == ()
 
 
+def resource_preserving(**options):
+    return lc.ModelRegistry(swap_policy=lc.SwapPolicy.RESOURCE_PRESERVING, **options)
+
+
+def failing():
+    raise RuntimeError("no such architecture")
+
+
+def test_a_failed_load_brings_back_the_version_it_evicted():
+    with resource_preserving(max_loaded=1) as reg:
+        reg.load("risk", 1, constant(1.0))
+        with pytest.raises(lc.LoadError) as raised:
+            reg.load("risk", 2, failing)
+        message = str(raised.value)
+        assert "were loaded again: 'risk' version 1" in message, message
+        assert "registry is unchanged" not in message
+        status = reg.status("risk")
+        assert [(s.version, s.state, s.default) for s in status] == [
+            (1, lc.VersionState.READY, True)
+        ]
+        assert answer(reg) == 1.0
+
+
+def test_a_load_over_budget_after_building_brings_back_what_it_evicted():
+    one = constant(1.0)().count_params() * 4
+    with resource_preserving(max_loaded=1, memory_budget=2 * one) as reg:
+        reg.load("risk", 1, constant(1.0))
+        with pytest.raises(lc.BudgetExceededError) as raised:
+            reg.load("risk", 2, constant(2.0, units=64), estimated_bytes=one)
+        assert "were loaded again: 'risk' version 1" in str(raised.value)
+        assert [s.version for s in reg.status()] == [1] and answer(reg) == 1.0
+
+
+def test_a_failed_load_says_exactly_what_it_could_not_bring_back():
+    builds = []
+
+    def first_time_only():
+        builds.append(1)
+        if len(builds) > 1:
+            raise RuntimeError("the source is gone")
+        return constant(1.0)()
+
+    with resource_preserving(max_loaded=1) as reg:
+        reg.load("risk", 1, first_time_only)
+        with pytest.raises(lc.LoadError) as raised:
+            reg.load("risk", 2, failing)
+        message = str(raised.value)
+        assert "could not be loaded again, so no longer loaded: 'risk' version 1" in message
+        assert "the source is gone" in message and "unchanged" not in message
+        assert reg.status() == ()
+
+
+def test_a_failed_load_that_evicted_nothing_says_the_registry_is_unchanged(registry):
+    registry.load("risk", 1, constant(1.0))
+    with pytest.raises(lc.LoadError, match="registry is unchanged"):
+        registry.load("risk", 2, failing)
+    assert [s.version for s in registry.status()] == [1]
+
+
 def test_budget_evicts_least_recently_used_unpinned_versions():
     one = constant(1.0)().count_params() * 4
     with lc.ModelRegistry(memory_budget=3 * one) as reg:

@@ -108,8 +108,7 @@ def build_version(
         session.close()
         raise LoadError(
             f"Loading {name!r} version {version} failed in its {stage}: "
-            f"{type(error).__name__}: {error}. The partial model was disposed; the "
-            "registry is unchanged."
+            f"{type(error).__name__}: {error}. The partial model was disposed."
         ) from error
     loaded.model, loaded.serve = model, serve
     loaded.nbytes = model.owned_bytes

@@ -36,7 +36,7 @@ from .._core import (
 )
 from .._model import ManagedModel
 from .._session import LifecycleSession, freeze_heap
-from ..errors import BudgetExceededError, LifecycleError
+from ..errors import BudgetExceededError, LifecycleError, LoadError
 from ._building import build_version, factory_of
 from ._retiring import Retirement
 from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
@@ -208,42 +208,59 @@ class ModelRegistry:
         Returns:
             The new version's :class:`VersionStatus`.
 
+        A load that fails after evicting versions to make room (the
+        resource-preserving policy evicts before it builds) brings them back
+        before raising: a version still draining is made routable again, a
+        disposed one is built again from its source. The error's message says
+        which came back, and which could not and are no longer loaded.
+
         Raises:
             ValueError: A bad name or version, or the version is already loaded.
             FileNotFoundError: ``source`` is a path that does not exist.
-            BudgetExceededError: The version cannot fit; nothing changed.
+            BudgetExceededError: The version cannot fit; the versions evicted
+                for it were brought back, as the message says.
             CheckpointError: The checkpoint is missing, truncated, corrupt or
-                does not match; the partial model was disposed and nothing else
-                changed.
-            LoadError: The factory, the file or the warm-up failed; the partial
-                model was disposed and nothing else changed.
+                does not match; the partial model was disposed and the versions
+                evicted for it were brought back, as the message says.
+            LoadError: The factory, the file or the warm-up failed; likewise.
         """
         name, version = check_model_name(name), check_version(version)
         prefix = latest_checkpoint(checkpoint) if checkpoint is not None else None
         labels = tuple(check_label(label) for label in labels)
         factory, estimate = factory_of(source, safe_mode)
         estimate = estimated_bytes if estimated_bytes is not None else estimate
+
+        def build() -> LoadedVersion:
+            built = build_version(
+                self._session,
+                name,
+                version,
+                factory,
+                warmup=warmup,
+                checkpoint=prefix,
+                strict=strict,
+            )
+            built.rebuild = build
+            return built
+
         with self._administering():
             self._table.check_open()
             self._table.begin_load(name, version)
+            evicted: list[LoadedVersion] = []
             try:
-                self._make_room(name, estimate or 0)
-                loaded = self._run_load(
-                    lambda: build_version(
-                        self._session,
-                        name,
-                        version,
-                        factory,
-                        warmup=warmup,
-                        checkpoint=prefix,
-                        strict=strict,
-                    )
-                )
+                evicted = self._make_room(name, estimate or 0)
+                loaded = self._run_load(build)
                 try:
                     self._make_room(name, loaded.nbytes)
                 except BudgetExceededError:
                     loaded.session.close()
                     raise
+            except LifecycleError as error:
+                # Load, checkpoint and budget errors: undo what this load changed.
+                account = self._bring_back(evicted)
+                if account or isinstance(error, LoadError):
+                    error.args = (f"{error.args[0]} {account or 'The registry is unchanged.'}",)
+                raise
             finally:
                 self._table.end_load(name, version)
             return self._table.add_ready(loaded, labels)
@@ -260,8 +277,12 @@ class ModelRegistry:
 
         return self._loader.run(in_scope)
 
-    def _make_room(self, name: str, nbytes: int) -> None:
-        """Evict least-recently-used versions so that one more of ``nbytes`` fits, or refuse."""
+    def _make_room(self, name: str, nbytes: int) -> list[LoadedVersion]:
+        """Evict least-recently-used versions so that one more of ``nbytes`` fits, or refuse.
+
+        Returns:
+            The versions evicted (retired and, once drained, disposed).
+        """
         plan = plan_eviction(
             self._table.residents(),
             model=name,
@@ -280,8 +301,41 @@ class ModelRegistry:
                 f"only {plan.freeable_bytes} bytes. Nothing changed: unload a version or "
                 "raise the budget."
             )
-        for victim in plan.victims:
-            self._retirement.retire(victim, wait=True)  # type: ignore[arg-type]
+        victims: list[LoadedVersion] = list(plan.victims)  # type: ignore[arg-type]
+        for victim in victims:
+            self._retirement.retire(victim, wait=True)
+        return victims
+
+    def _bring_back(self, evicted: list[LoadedVersion]) -> str:
+        """Restore the versions evicted for a load that failed; what happened, in words.
+
+        A version still draining is made routable again; a disposed one is
+        built again from its source. Returns ``""`` when nothing was evicted.
+        """
+        if not evicted:
+            return ""
+        back, lost = [], []
+        for victim in evicted:
+            what = f"{victim.name!r} version {victim.version}"
+            if self._table.reinstate(victim):
+                back.append(what)
+                continue
+            try:
+                assert victim.rebuild is not None
+                self._table.add_ready(self._run_load(victim.rebuild), ())
+            except Exception as error:
+                lost.append(f"{what} ({type(error).__name__}: {error})")
+            else:
+                back.append(what)
+        words = ""
+        if back:
+            words = f"The versions evicted to make room were loaded again: {', '.join(back)}."
+        if lost:
+            words += (
+                f"{' ' if words else ''}Evicted to make room and could not be loaded again, "
+                f"so no longer loaded: {'; '.join(lost)}."
+            )
+        return words
 
     # -- serving -------------------------------------------------------------------
 

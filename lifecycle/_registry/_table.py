@@ -353,6 +353,18 @@ class VersionTable:
                 entry.default = None
             return loaded.leases == 0
 
+    def reinstate(self, loaded: LoadedVersion) -> bool:
+        """Make a retiring version routable again; False if it was already disposed."""
+        with self.cond:
+            if loaded.state is not VersionState.RETIRING:
+                return False
+            loaded.state = VersionState.READY
+            entry = self._entries[loaded.name]
+            if entry.default is None:
+                entry.default = loaded.version
+            self.cond.notify_all()
+            return True
+
     def remove(self, loaded: LoadedVersion) -> None:
         """Forget a disposed version; wake anyone waiting for its drain."""
         with self.cond:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import attrs
 
@@ -32,6 +32,8 @@ class LoadedVersion:
     state: VersionState = VersionState.LOADING
     nbytes: int = 0
     load_seconds: float = 0.0
+    # Builds this version again from the same source (a failed load's rollback).
+    rebuild: Callable[[], LoadedVersion] | None = attrs.field(default=None, repr=False)
     # Guarded by the version table's lock.
     leases: int = 0
     requests: int = 0
