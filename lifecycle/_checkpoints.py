@@ -101,10 +101,9 @@ def _plan(
     matched = _tf.checkpoint.match(checkpoint, graph)
     paths = _tf.checkpoint.node_paths(graph)
     optimizer = getattr(model, "optimizer", None)
-    # Values that wait for objects not created yet: an optimizer that is not
-    # built (or absent: a weights-only restore), a model that is not built.
-    # The optimizer hangs off the root and off the model; the model's own
-    # variables are reachable without passing through it.
+    # Values that wait for an optimizer that is not built (or absent: a
+    # weights-only restore). The optimizer hangs off the root and off the
+    # model; the model's own variables are reachable without passing through it.
     ckpt = _tf.checkpoint
     models = ckpt.child_ids(graph, [0], "model")
     optimizers = ckpt.child_ids(graph, [0, *models], "optimizer")
@@ -112,8 +111,6 @@ def _plan(
     waiting: set[int] = set()
     if optimizer is None or not optimizer.built:
         waiting |= everything - ckpt.reachable(graph, [0], avoid=optimizers)
-    if not model.built:
-        waiting |= ckpt.reachable(graph, models, avoid=optimizers)
     valued = list(_tf.checkpoint.valued_nodes(graph))
     shapes = reader.get_variable_to_shape_map()
     conflicts = tuple(
@@ -135,6 +132,7 @@ def _plan(
             unexpected=conflicts,
         )
     unmatched = [n for n in valued if n not in matched]
+    _refuse_unbuilt_layers(model, prefix, graph, matched, set(unmatched), optimizers, paths)
     deferred = [n for n in unmatched if n in waiting]
     if not strict:
         return _Plan(prefix=prefix, deferred=len(deferred))
@@ -175,6 +173,48 @@ def _plan(
     return _Plan(prefix=prefix, deferred=len(deferred))
 
 
+def _refuse_unbuilt_layers(
+    model: keras.Model,
+    prefix: str,
+    graph: Any,
+    matched: dict[int, Any],
+    unmatched: set[int],
+    optimizers: set[int],
+    paths: dict[int, str],
+) -> None:
+    """Refuse values that would wait for the variables of a layer not built yet.
+
+    TensorFlow restores a value whose variable does not exist yet when the
+    variable is tracked (a deferred restore). That is exact for optimizer
+    slots, but not for layers: Keras builds a layer without a ``build()`` of
+    its own (a subclassed model, a custom layer) by tracing its ``call()``
+    symbolically, where a new variable has no storage yet. The restore fails
+    there, Keras swallows the error and builds the inner layers again with
+    fresh variables that nothing restores any more, and the first ones stay
+    in ``weights``. The model then computes with initial values.
+    """
+    pending: dict[str, list[str]] = {}
+    for node, obj in matched.items():
+        if isinstance(obj, keras.Layer) and not obj.built:
+            waiting = _tf.checkpoint.reachable(graph, [node], avoid=optimizers) & unmatched
+            if waiting:
+                pending[obj.name] = sorted(paths.get(n, f"<node {n}>") for n in waiting)
+    if not pending:
+        return
+    values = tuple(sorted({path for waiting in pending.values() for path in waiting}))
+    raise CheckpointError(
+        f"Checkpoint {prefix!r} has {len(values)} value(s) for layers of "
+        f"{type(model).__name__} {model.name!r} that are not built yet "
+        f"({', '.join(sorted(pending)[:10])}): their variables do not exist, and "
+        "Keras would create them where TensorFlow cannot restore into them, so the "
+        "model would compute with initial values. Build the model first (call it on a "
+        "sample input, or model.build(input_shape)), then restore; "
+        "ModelRegistry.load() does this with its warmup= sample. Nothing was restored.",
+        path=prefix,
+        unexpected=values,
+    )
+
+
 def _describe(obj: Any) -> str:
     return str(getattr(obj, "path", None) or getattr(obj, "name", None) or repr(obj))
 
@@ -190,8 +230,9 @@ def restore_checkpoint(
     """Restore ``model`` (and its optimizer) from a checkpoint, checked first.
 
     Args:
-        model: The model to restore into. Its optimizer, if it has one, is
-            restored too — at once if built, otherwise when it builds.
+        model: The model to restore into, built (its variables exist). Its
+            optimizer, if it has one, is restored too — at once if built,
+            otherwise when it builds.
         path: A checkpoint prefix, or a directory (its latest checkpoint).
         strict: Refuse a checkpoint with values for objects the model lacks, or
             without values for objects it has (values for an optimizer that is
@@ -204,8 +245,9 @@ def restore_checkpoint(
         The prefix restored.
 
     Raises:
-        CheckpointError: Missing, truncated or corrupt files, or a mismatch
-            under ``strict``. Nothing was restored.
+        CheckpointError: Missing, truncated or corrupt files, a mismatch
+            under ``strict``, or values for layers that are not built yet
+            (build the model first). Nothing was restored.
     """
     prefix = latest_checkpoint(path)
     checkpoint = tf.train.Checkpoint(**_items(model, step))

@@ -364,6 +364,8 @@ class ModelRegistry:
                 lambdas); turn off only for files you trust.
             checkpoint: A checkpoint prefix, or a directory (its latest
                 checkpoint), to restore into the built model before warm-up.
+                A model that is not built yet (subclassed, or ``Sequential``
+                without an ``Input``) is first called once on ``warmup``.
                 Checked first (CRCs, object match; see
                 :func:`restore_checkpoint`); an optimizer's values are skipped
                 when the factory's model has none.
@@ -481,11 +483,20 @@ class ModelRegistry:
                         f"the factory returned {type(model).__qualname__}, not a keras.Model"
                     )
                 model = manage(model, session=session)
+                sample = warmup if warmup is not None else _sample_from_inputs(model)
                 if checkpoint is not None:
+                    if not model.built:
+                        # A checkpoint restores only into variables that exist.
+                        stage = "build"
+                        if sample is None:
+                            raise ValueError(
+                                "the model is not built and does not know its inputs: pass "
+                                "warmup=<a sample input> to build it before the restore"
+                            )
+                        model(sample)
                     stage = "checkpoint restore"
                     restore_checkpoint(model, checkpoint, strict=strict)
                 stage = "warm-up"
-                sample = warmup if warmup is not None else _sample_from_inputs(model)
                 if sample is None:
                     raise ValueError(
                         "the model does not know its inputs: pass warmup=<a sample input>"

@@ -127,6 +127,83 @@ def test_restore_under_another_prefix_before_the_optimizer_is_built(tmp_path):
     assert same(values(target.optimizer.variables), values(source.optimizer.variables))
 
 
+class Net(lc.ManagedModel):
+    """Subclassed: its layers exist at once, their variables only once it is called."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(2)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+
+def architecture(kind):
+    """A fresh model of one kind; "sequential-unbuilt" has no Input, so no variables yet."""
+    dense = [keras.layers.Dense(32, activation="relu"), keras.layers.Dense(2)]
+    if kind == "subclassed":
+        return Net()
+    if kind == "functional":
+        inputs = keras.Input((8,))
+        return lc.ManagedModel(inputs, dense[1](dense[0](inputs)))
+    if kind == "sequential":
+        return lc.manage(keras.Sequential([keras.Input((8,)), *dense]))
+    return lc.manage(keras.Sequential(dense))
+
+
+def outputs(model):
+    return keras.ops.convert_to_numpy(model(X))
+
+
+def saved_run(kind, directory):
+    """Train a model of `kind`, checkpoint it; its outputs then, and after one more step."""
+    source = architecture(kind)
+    source.compile(keras.optimizers.Adam(0.01), "mse")
+    source.fit(X, Y, epochs=2, batch_size=8, verbose=0)
+    source.checkpoints(directory).save()
+    saved = outputs(source)
+    source.train_on_batch(X, Y)
+    stepped = outputs(source)
+    source.dispose()
+    return saved, stepped
+
+
+KINDS = ["subclassed", "functional", "sequential", "sequential-unbuilt"]
+
+
+@pytest.mark.parametrize("optimizer", [False, True], ids=["weights-only", "with-optimizer"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_restored_model_computes_what_the_saved_one_did(tmp_path, kind, optimizer):
+    saved, stepped = saved_run(kind, tmp_path)
+    target = architecture(kind)
+    if optimizer:
+        target.compile(keras.optimizers.Adam(0.01), "mse")
+    if not target.built:
+        # Restoring into variables Keras has not created yet went wrong silently.
+        with pytest.raises(lc.CheckpointError, match="not built yet") as caught:
+            lc.restore_checkpoint(target, tmp_path)
+        assert "call it on a sample input" in str(caught.value)
+        assert "warmup=" in str(caught.value)
+        assert not target.built and target.weights == []
+        target(X[:1])
+    lc.restore_checkpoint(target, tmp_path)
+    np.testing.assert_allclose(outputs(target), saved, rtol=1e-6, atol=1e-6)
+    paths = [v.path for v in target.weights]
+    assert len(paths) == len(set(paths)) == 4, paths
+    if optimizer:  # slots and iterations arrive when the optimizer builds
+        target.train_on_batch(X, Y)
+        np.testing.assert_allclose(outputs(target), stepped, rtol=1e-5, atol=1e-6)
+
+
+def test_keeper_restore_refuses_an_unbuilt_model_too(tmp_path):
+    saved_run("subclassed", tmp_path)
+    target = Net()
+    with pytest.raises(lc.CheckpointError, match="not built yet"):
+        target.checkpoints(tmp_path).restore()
+    assert target.weights == []
+
+
 def test_weights_only_restore_into_a_model_without_optimizer(tmp_path):
     source = trained()
     prefix = source.checkpoints(tmp_path).save()
