@@ -297,6 +297,22 @@ def test_close_then_a_new_keeper(tmp_path):
     assert again is not keeper and again.latest == first
 
 
+def test_open_keepers_are_counted_on_the_record_until_closed_or_disposed(tmp_path):
+    model = make()
+    assert model.statistics().checkpoint_keepers == 0
+    first = model.checkpoints(tmp_path / "a")
+    second = model.checkpoints(tmp_path / "b")
+    assert model.statistics().checkpoint_keepers == 2
+    assert model._lifecycle.keepers == {first.directory: first, second.directory: second}
+    assert not any(name.startswith("_lifecycle_keepers") for name in vars(model))
+    first.close()
+    assert model.statistics().checkpoint_keepers == 1
+    model.dispose()
+    assert model.statistics().checkpoint_keepers == 0
+    with pytest.raises(lc.CheckpointError, match="closed"):
+        second.save()
+
+
 def test_killed_mid_save_leaves_the_previous_checkpoint_restorable(tmp_path, run_child):
     # The child saves a 256 MiB model twice; a watcher thread kills the process
     # as soon as the second save's files start to appear.
