@@ -112,6 +112,66 @@ def test_async_saves_work_every_time_and_dispose_releases_the_cpu_copy(tmp_path)
     assert same(values(fresh.weights), expected)
 
 
+@pytest.mark.subprocess
+def test_plain_keras_checkpoints_behave_as_without_the_library(tmp_path, run_child):
+    # What Keras does natively (on Keras 3.15 the second async save of a model
+    # fails) is recorded before lifecycle is imported, and again after a managed
+    # model's async keeper saved twice: the two must be the same.
+    out = run_child(
+        f"""
+        import os
+        import keras
+        import tensorflow as tf
+        from keras.src.backend.tensorflow import core
+
+        hook = vars(core.Variable)["_copy_trackable_to_cpu"]
+
+        def outcomes(directory):
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+            checkpoint = tf.train.Checkpoint(model=model)
+            options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
+            seen = []
+            for _ in range(3):
+                try:
+                    checkpoint.save(os.path.join(directory, "async"), options=options)
+                    checkpoint.sync()
+                    seen.append("saved")
+                except Exception as error:
+                    seen.append(type(error).__name__ + ": " + str(error).strip().splitlines()[-1])
+            seen.append(os.path.basename(checkpoint.save(os.path.join(directory, "sync"))))
+            return seen
+
+        native = outcomes({str(tmp_path / "native")!r})
+        import lifecycle as lc
+
+        managed = lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+        keeper = managed.checkpoints({str(tmp_path / "managed")!r}, async_save=True)
+        keeper.save()
+        keeper.save()
+        keeper.sync()
+        print("managed saves:", [os.path.basename(p) for p in keeper.list()])
+        print("hook unchanged:", vars(core.Variable)["_copy_trackable_to_cpu"] is hook)
+        print("native:", native)
+        print("with lifecycle:", outcomes({str(tmp_path / "library")!r}))
+        """
+    )
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert lines["managed saves"] == "['ckpt-1', 'ckpt-2']", out
+    assert lines["hook unchanged"] == "True", out
+    assert lines["with lifecycle"] == lines["native"], out
+
+
+def test_only_the_variables_of_an_async_keeper_get_the_host_copy_hook(tmp_path):
+    plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    plain(X[:1])
+    model = trained(steps=1)
+    model.checkpoints(tmp_path / "sync").save()
+    assert not any("_copy_trackable_to_cpu" in vars(v) for v in model.variables)
+    model.checkpoints(tmp_path / "async", async_save=True).save()
+    assert all("_copy_trackable_to_cpu" in vars(v) for v in model.variables)
+    assert not any("_copy_trackable_to_cpu" in vars(v) for v in plain.variables)
+
+
 def test_restore_under_another_prefix_before_the_optimizer_is_built(tmp_path):
     source = trained()
     prefix = source.checkpoints(tmp_path).save()

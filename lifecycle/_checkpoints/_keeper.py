@@ -92,7 +92,6 @@ class CheckpointKeeper:
         self._tracked_optimizer: Any = None
         self._options = None
         if self.async_save:
-            _tf.checkpoint.fix_async_copy()
             self._options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
 
     # -- queries ------------------------------------------------------------------
@@ -136,6 +135,10 @@ class CheckpointKeeper:
             raise ValueError(f"`step` must be an int >= 0. Received: step={step!r}")
         with self._using("save()"), self._lock:
             manager = self._managed()
+            if self.async_save:
+                # Only this keeper's variables, including any created since
+                # the last save (an optimizer's slots), copy the fixed way.
+                _tf.checkpoint.fix_async_copy(_tf.checkpoint.descendants(self._checkpoint))
             if step is None:
                 self._step.assign_add(1)
             else:

@@ -5,8 +5,10 @@ Three things ``tf.train.Checkpoint`` does not do for Keras 3 models:
 - **Async saves past the first.** Keras's ``Variable._copy_trackable_to_cpu``
   creates a new ``tf.Variable`` on every call; TensorFlow calls it inside a
   ``tf.function`` on every save after the first, which refuses to create
-  variables twice. ``fix_async_copy()`` makes it reuse the CPU copy of the
-  inner variable, which TensorFlow already keeps up to date.
+  variables twice. ``fix_async_copy(variables)`` gives the variables it is
+  handed (an async keeper's, nobody else's) a hook of their own that reuses
+  the CPU copy of the inner variable, which TensorFlow already keeps up to
+  date. Keras's class is left as it is.
 - **Letting go of an async checkpointer.** The helper behind async saves keeps
   a CPU copy of every variable, a thread, and an ``atexit`` hook that holds it
   (and so the model) until the process exits. ``shutdown_async()`` flushes,
@@ -22,7 +24,7 @@ Three things ``tf.train.Checkpoint`` does not do for Keras 3 models:
 from __future__ import annotations
 
 import atexit
-import threading
+import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -51,24 +53,46 @@ __all__ = [
 #: Key of the serialized object graph inside a TF2 checkpoint.
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
-_fix_lock = threading.Lock()
-_fixed = False
+# The name TensorFlow's async helper calls on each trackable, on the instance.
+_HOOK = "_copy_trackable_to_cpu"
 
 
-def _copy_trackable_to_cpu(self: Any, object_map: Any) -> None:
-    # The inner tf.Variable creates its CPU copy once and refreshes it on each
-    # save; the Keras variable shares it instead of wrapping it anew.
-    self.value._copy_trackable_to_cpu(object_map)
-    object_map[self] = object_map[self.value]
+class _HostCopy:
+    """A Keras variable's own host-copy hook, called by TensorFlow's async helper.
+
+    The inner tf.Variable creates its CPU copy once and refreshes it on each
+    save; the Keras variable shares it instead of wrapping it anew. The hook
+    holds its variable weakly, so it adds no reference cycle.
+    """
+
+    __slots__ = ("_variable",)
+
+    def __init__(self, variable: Any) -> None:
+        self._variable = weakref.ref(variable)
+
+    def __call__(self, object_map: Any) -> None:
+        variable = self._variable()  # alive: it is what the hook was looked up on
+        variable.value._copy_trackable_to_cpu(object_map)
+        object_map[variable] = object_map[variable.value]
 
 
-def fix_async_copy() -> None:
-    """Make async checkpoint saves of Keras 3 variables work past the first (idempotent)."""
-    global _fixed
-    with _fix_lock:
-        if not _fixed:
-            keras_tf_core.Variable._copy_trackable_to_cpu = _copy_trackable_to_cpu
-            _fixed = True
+def fix_async_copy(variables: Iterable[Any]) -> int:
+    """Make async saves of these Keras 3 variables work past the first.
+
+    Each Keras variable among ``variables`` gets, on the instance, a host-copy
+    hook that reuses the CPU copy TensorFlow keeps of its inner
+    ``tf.Variable``. Other objects are skipped; other variables keep Keras's
+    hook. Idempotent.
+
+    Returns:
+        How many variables got the hook now.
+    """
+    fixed = 0
+    for variable in variables:
+        if isinstance(variable, keras_tf_core.Variable) and _HOOK not in vars(variable):
+            setattr(variable, _HOOK, _HostCopy(variable))
+            fixed += 1
+    return fixed
 
 
 def shutdown_async(checkpoint: tf.train.Checkpoint) -> int:
