@@ -18,7 +18,7 @@ import tensorflow as tf
 from .. import _tf
 from .._core import ModelState
 from .._record import disposed_error, held
-from ..errors import CheckpointError
+from ..errors import CheckpointError, CompatibilityError
 from ._restore import checkpoint_items, restore_checkpoint
 
 if TYPE_CHECKING:
@@ -207,6 +207,8 @@ class CheckpointKeeper:
             if self._checkpoint is not None:
                 try:
                     _tf.checkpoint.shutdown_async(self._checkpoint)
+                except CompatibilityError:
+                    raise
                 except Exception as error:
                     raise CheckpointError(
                         f"The last async save to {self.directory!r} failed: "

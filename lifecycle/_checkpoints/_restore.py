@@ -236,10 +236,13 @@ def restore_checkpoint(
         The prefix restored.
 
     Raises:
+        CompatibilityError: The installed TensorFlow or Keras moved an
+            internal the check relies on (see :func:`check_compatibility`).
         CheckpointError: Missing, truncated or corrupt files, a mismatch
             under ``strict``, or values for layers that are not built yet
             (build the model first). Nothing was restored.
     """
+    _tf.check_compatibility()
     prefix = latest_checkpoint(path)
     checkpoint = tf.train.Checkpoint(**checkpoint_items(model, step))
     plan = _plan(checkpoint, model, prefix, strict=strict, verify=verify)
