@@ -167,7 +167,9 @@ class CheckpointKeeper:
 
         Raises:
             CheckpointError: Nothing to restore, missing, truncated or corrupt
-                files, or a mismatch; the model is unchanged.
+                files, a mismatch, or a model that is not built yet; the model
+                is unchanged.
+            CompatibilityError: An internal the checks rely on has moved.
             DisposedError: The model was disposed.
         """
         with self._using("restore()"), self._lock:
