@@ -204,7 +204,7 @@ class ManagedModel(keras.Model):
             owned_bytes=self.owned_bytes,
             owned_variables=self.owned_variables,
             calls_in_flight=record.gate.in_flight(),
-            checkpoint_keepers=len(self.__dict__.get("_lifecycle_keepers", {})),
+            checkpoint_keepers=len(record.keepers),
         )
 
     def dispose(

@@ -28,6 +28,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from ._checkpoints import CheckpointKeeper
     from ._session import LifecycleSession
 
 __all__ = [
@@ -109,6 +110,12 @@ class ModelRecord:
     dispose_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     # Objects holding traced functions of this model; cleared on dispose.
     dependents: weakref.WeakSet[Any] = attrs.field(factory=weakref.WeakSet, init=False)
+    # Open checkpoint keepers by absolute directory, one per directory. Each is
+    # also in dependents (so dispose() flushes and drops it) and leaves this
+    # dict when it closes; one is added only while state is LIVE.
+    keepers: dict[str, CheckpointKeeper] = attrs.field(factory=dict, init=False)
+    # Guards keepers.
+    keepers_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     # Weak references to the handle tensors of the model's buffers, with their
     # sizes, as of the last refresh. Weak: the record must never keep buffers
     # (or the model) alive; a dropped model's pinned handles stay reachable

@@ -112,6 +112,66 @@ def test_async_saves_work_every_time_and_dispose_releases_the_cpu_copy(tmp_path)
     assert same(values(fresh.weights), expected)
 
 
+@pytest.mark.subprocess
+def test_plain_keras_checkpoints_behave_as_without_the_library(tmp_path, run_child):
+    # What Keras does natively (on Keras 3.15 the second async save of a model
+    # fails) is recorded before lifecycle is imported, and again after a managed
+    # model's async keeper saved twice: the two must be the same.
+    out = run_child(
+        f"""
+        import os
+        import keras
+        import tensorflow as tf
+        from keras.src.backend.tensorflow import core
+
+        hook = vars(core.Variable)["_copy_trackable_to_cpu"]
+
+        def outcomes(directory):
+            model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+            checkpoint = tf.train.Checkpoint(model=model)
+            options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
+            seen = []
+            for _ in range(3):
+                try:
+                    checkpoint.save(os.path.join(directory, "async"), options=options)
+                    checkpoint.sync()
+                    seen.append("saved")
+                except Exception as error:
+                    seen.append(type(error).__name__ + ": " + str(error).strip().splitlines()[-1])
+            seen.append(os.path.basename(checkpoint.save(os.path.join(directory, "sync"))))
+            return seen
+
+        native = outcomes({str(tmp_path / "native")!r})
+        import lifecycle as lc
+
+        managed = lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+        keeper = managed.checkpoints({str(tmp_path / "managed")!r}, async_save=True)
+        keeper.save()
+        keeper.save()
+        keeper.sync()
+        print("managed saves:", [os.path.basename(p) for p in keeper.list()])
+        print("hook unchanged:", vars(core.Variable)["_copy_trackable_to_cpu"] is hook)
+        print("native:", native)
+        print("with lifecycle:", outcomes({str(tmp_path / "library")!r}))
+        """
+    )
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert lines["managed saves"] == "['ckpt-1', 'ckpt-2']", out
+    assert lines["hook unchanged"] == "True", out
+    assert lines["with lifecycle"] == lines["native"], out
+
+
+def test_only_the_variables_of_an_async_keeper_get_the_host_copy_hook(tmp_path):
+    plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    plain(X[:1])
+    model = trained(steps=1)
+    model.checkpoints(tmp_path / "sync").save()
+    assert not any("_copy_trackable_to_cpu" in vars(v) for v in model.variables)
+    model.checkpoints(tmp_path / "async", async_save=True).save()
+    assert all("_copy_trackable_to_cpu" in vars(v) for v in model.variables)
+    assert not any("_copy_trackable_to_cpu" in vars(v) for v in plain.variables)
+
+
 def test_restore_under_another_prefix_before_the_optimizer_is_built(tmp_path):
     source = trained()
     prefix = source.checkpoints(tmp_path).save()
@@ -125,6 +185,83 @@ def test_restore_under_another_prefix_before_the_optimizer_is_built(tmp_path):
     # The optimizer's slots arrive when it builds (deferred restore).
     target.optimizer.build(target.trainable_variables)
     assert same(values(target.optimizer.variables), values(source.optimizer.variables))
+
+
+class Net(lc.ManagedModel):
+    """Subclassed: its layers exist at once, their variables only once it is called."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(2)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+
+def architecture(kind):
+    """A fresh model of one kind; "sequential-unbuilt" has no Input, so no variables yet."""
+    dense = [keras.layers.Dense(32, activation="relu"), keras.layers.Dense(2)]
+    if kind == "subclassed":
+        return Net()
+    if kind == "functional":
+        inputs = keras.Input((8,))
+        return lc.ManagedModel(inputs, dense[1](dense[0](inputs)))
+    if kind == "sequential":
+        return lc.manage(keras.Sequential([keras.Input((8,)), *dense]))
+    return lc.manage(keras.Sequential(dense))
+
+
+def outputs(model):
+    return keras.ops.convert_to_numpy(model(X))
+
+
+def saved_run(kind, directory):
+    """Train a model of `kind`, checkpoint it; its outputs then, and after one more step."""
+    source = architecture(kind)
+    source.compile(keras.optimizers.Adam(0.01), "mse")
+    source.fit(X, Y, epochs=2, batch_size=8, verbose=0)
+    source.checkpoints(directory).save()
+    saved = outputs(source)
+    source.train_on_batch(X, Y)
+    stepped = outputs(source)
+    source.dispose()
+    return saved, stepped
+
+
+KINDS = ["subclassed", "functional", "sequential", "sequential-unbuilt"]
+
+
+@pytest.mark.parametrize("optimizer", [False, True], ids=["weights-only", "with-optimizer"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_restored_model_computes_what_the_saved_one_did(tmp_path, kind, optimizer):
+    saved, stepped = saved_run(kind, tmp_path)
+    target = architecture(kind)
+    if optimizer:
+        target.compile(keras.optimizers.Adam(0.01), "mse")
+    if not target.built:
+        # Restoring into variables Keras has not created yet went wrong silently.
+        with pytest.raises(lc.CheckpointError, match="not built yet") as caught:
+            lc.restore_checkpoint(target, tmp_path)
+        assert "call it on a sample input" in str(caught.value)
+        assert "warmup=" in str(caught.value)
+        assert not target.built and target.weights == []
+        target(X[:1])
+    lc.restore_checkpoint(target, tmp_path)
+    np.testing.assert_allclose(outputs(target), saved, rtol=1e-6, atol=1e-6)
+    paths = [v.path for v in target.weights]
+    assert len(paths) == len(set(paths)) == 4, paths
+    if optimizer:  # slots and iterations arrive when the optimizer builds
+        target.train_on_batch(X, Y)
+        np.testing.assert_allclose(outputs(target), stepped, rtol=1e-5, atol=1e-6)
+
+
+def test_keeper_restore_refuses_an_unbuilt_model_too(tmp_path):
+    saved_run("subclassed", tmp_path)
+    target = Net()
+    with pytest.raises(lc.CheckpointError, match="not built yet"):
+        target.checkpoints(tmp_path).restore()
+    assert target.weights == []
 
 
 def test_weights_only_restore_into_a_model_without_optimizer(tmp_path):
@@ -218,6 +355,22 @@ def test_close_then_a_new_keeper(tmp_path):
     assert os.path.exists(first + ".index")
     again = model.checkpoints(tmp_path)
     assert again is not keeper and again.latest == first
+
+
+def test_open_keepers_are_counted_on_the_record_until_closed_or_disposed(tmp_path):
+    model = make()
+    assert model.statistics().checkpoint_keepers == 0
+    first = model.checkpoints(tmp_path / "a")
+    second = model.checkpoints(tmp_path / "b")
+    assert model.statistics().checkpoint_keepers == 2
+    assert model._lifecycle.keepers == {first.directory: first, second.directory: second}
+    assert not any(name.startswith("_lifecycle_keepers") for name in vars(model))
+    first.close()
+    assert model.statistics().checkpoint_keepers == 1
+    model.dispose()
+    assert model.statistics().checkpoint_keepers == 0
+    with pytest.raises(lc.CheckpointError, match="closed"):
+        second.save()
 
 
 def test_killed_mid_save_leaves_the_previous_checkpoint_restorable(tmp_path, run_child):

@@ -43,6 +43,70 @@ def test_load_restores_the_checkpoint_before_serving(tmp_path):
             assert model.weights[0].path.startswith("risk/v3/")
 
 
+class Net(lc.ManagedModel):
+    """Subclassed: its layers exist at once, their variables only once it is called."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden = keras.layers.Dense(32, activation="relu")
+        self.out = keras.layers.Dense(3)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+
+def architecture(kind, compiled=False):
+    """A fresh model of one kind; "sequential-unbuilt" has no Input, so no variables yet."""
+    dense = [keras.layers.Dense(32, activation="relu"), keras.layers.Dense(3)]
+    if kind == "subclassed":
+        model = Net()
+    elif kind == "functional":
+        inputs = keras.Input((4,))
+        model = keras.Model(inputs, dense[1](dense[0](inputs)))
+    elif kind == "sequential":
+        model = keras.Sequential([keras.Input((4,)), *dense])
+    else:
+        model = keras.Sequential(dense)
+    if compiled:
+        model.compile(keras.optimizers.Adam(0.01), "mse")
+    return model
+
+
+SAMPLES = np.random.default_rng(0).random((16, 4), dtype=np.float32)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["weights-only", "with-optimizer"])
+@pytest.mark.parametrize("kind", ["subclassed", "functional", "sequential", "sequential-unbuilt"])
+def test_load_from_a_checkpoint_serves_the_saved_outputs(tmp_path, kind, compiled):
+    source = lc.manage(architecture(kind, compiled=True))
+    source.fit(SAMPLES, SAMPLES[:, :3] * 2.0, epochs=2, batch_size=4, verbose=0)
+    source.checkpoints(tmp_path).save()
+    saved = keras.ops.convert_to_numpy(source(SAMPLES))
+    source.dispose()
+    with lc.ModelRegistry() as registry:
+        registry.load(
+            "net", 1, lambda: architecture(kind, compiled), checkpoint=tmp_path, warmup=SAMPLES[:1]
+        )
+        served = registry.predict("net", SAMPLES).numpy()
+        with registry.lease("net") as model:
+            paths = [v.path for v in model.weights]
+    np.testing.assert_allclose(served, saved, rtol=1e-6, atol=1e-6)
+    assert len(paths) == len(set(paths)) == 4, paths
+    assert all(path.startswith("net/v1/") for path in paths), paths
+
+
+def test_load_of_an_unbuilt_model_from_a_checkpoint_needs_a_warmup(tmp_path):
+    source = lc.manage(architecture("subclassed", compiled=True))
+    source(SAMPLES[:1])
+    source.checkpoints(tmp_path).save()
+    source.dispose()
+    with lc.ModelRegistry() as registry:
+        with pytest.raises(lc.LoadError, match="pass warmup=") as caught:
+            registry.load("net", 1, lambda: architecture("subclassed"), checkpoint=tmp_path)
+        assert "not built" in str(caught.value)
+        assert [s.version for s in registry.status()] == []
+
+
 def test_corrupt_or_missing_checkpoint_leaves_the_serving_version_serving(tmp_path):
     publish(tmp_path, 1, 1.0)
     prefix = publish(tmp_path, 2, 2.0)

@@ -92,11 +92,20 @@ def build_version(
                     f"the factory returned {type(model).__qualname__}, not a keras.Model"
                 )
             model = manage(model, session=session)
+            sample = warmup if warmup is not None else _sample_from_inputs(model)
             if checkpoint is not None:
+                if not model.built:
+                    # A checkpoint restores only into variables that exist.
+                    stage = "build"
+                    if sample is None:
+                        raise ValueError(
+                            "the model is not built and does not know its inputs: pass "
+                            "warmup=<a sample input> to build it before the restore"
+                        )
+                    model(sample)
                 stage = "checkpoint restore"
                 restore_checkpoint(model, checkpoint, strict=strict)
             stage = "warm-up"
-            sample = warmup if warmup is not None else _sample_from_inputs(model)
             if sample is None:
                 raise ValueError("the model does not know its inputs: pass warmup=<a sample input>")
             serve = serving_function(model, _specs(sample))

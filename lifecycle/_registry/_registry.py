@@ -200,6 +200,8 @@ class ModelRegistry:
                 lambdas); turn off only for files you trust.
             checkpoint: A checkpoint prefix, or a directory (its latest
                 checkpoint), to restore into the built model before warm-up.
+                A model that is not built yet (subclassed, or ``Sequential``
+                without an ``Input``) is first called once on ``warmup``.
                 Checked first (CRCs, object match; see
                 :func:`restore_checkpoint`); an optimizer's values are skipped
                 when the factory's model has none.

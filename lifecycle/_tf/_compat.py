@@ -173,6 +173,7 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("keras functional construction", _check_functional_construction),
     ("checkpoint object graph and matching", _check_checkpoint_graph),
     ("async checkpoint helper and Keras variable copy", _check_async_checkpoint),
+    ("checkpoint internals: async save, host copies, object graph", _checkpoint.self_check),
     ("tf.distribute strategies, collectives and shards", _check_distribute),
     ("eager kernel cache can be cleared", _check_kernel_cache),
     ("dtype policy and device scope carried to another thread", _check_build_scope),

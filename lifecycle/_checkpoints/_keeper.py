@@ -1,14 +1,9 @@
-"""Checkpoints a managed model owns: retention, async saves, strict restores.
+"""CheckpointKeeper: the checkpoints a managed model owns, saved, kept and restored.
 
-A :class:`CheckpointKeeper` wraps ``tf.train.Checkpoint`` and
-``tf.train.CheckpointManager`` around one model, its optimizer and a step
-counter. It belongs to the model: ``dispose()`` flushes its pending write and
+A keeper wraps ``tf.train.Checkpoint`` and ``tf.train.CheckpointManager``
+around one model, its optimizer and a step counter. It belongs to the model:
+the model's record lists it, and ``dispose()`` flushes its pending write and
 drops it, with the CPU copy an async save keeps.
-
-Restores go by object graph (mechanism D), so a checkpoint restores into a
-model built under another name prefix and before its optimizer is built. They
-are checked first — every tensor's CRC, every object matched — and refused
-with a :class:`CheckpointError` before anything changes.
 """
 
 from __future__ import annotations
@@ -17,201 +12,19 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import keras
 import tensorflow as tf
 
-from . import _tf
-from ._core import ModelState
-from ._record import disposed_error, held
-from .errors import CheckpointError
+from .. import _tf
+from .._core import ModelState
+from .._record import disposed_error, held
+from ..errors import CheckpointError, CompatibilityError
+from ._restore import checkpoint_items, restore_checkpoint
 
 if TYPE_CHECKING:
-    from ._record import ModelRecord
+    from .._record import ModelRecord
 
-__all__ = ["CheckpointKeeper", "latest_checkpoint", "restore_checkpoint"]
-
-# Root children that are bookkeeping, never model state.
-_BOOKKEEPING = frozenset({"save_counter", "step"})
-
-
-@attrs.frozen
-class _Plan:
-    """What a restore would do, worked out before it does anything."""
-
-    prefix: str
-    deferred: int
-
-
-def latest_checkpoint(path: str | os.PathLike[str]) -> str:
-    """The checkpoint prefix ``path`` names: itself, or the latest in a directory.
-
-    Raises:
-        CheckpointError: Nothing at ``path``, or a directory without a
-            complete checkpoint.
-    """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        prefix = tf.train.latest_checkpoint(path)
-        if prefix is None:
-            raise CheckpointError(
-                f"No complete checkpoint in directory {path!r}: it has no 'checkpoint' "
-                "state file naming one (a save that never finished leaves none).",
-                path=path,
-            )
-        return prefix
-    if os.path.exists(path + ".index"):
-        return path
-    parent = os.path.dirname(path) or "."
-    if not os.path.isdir(parent):
-        raise CheckpointError(
-            f"No checkpoint at {path!r}: directory {parent!r} does not exist.", path=path
-        )
-    raise CheckpointError(
-        f"No checkpoint at {path!r}: neither a directory nor a checkpoint prefix "
-        f"(no file {path + '.index'!r}).",
-        path=path,
-    )
-
-
-def _items(model: keras.Model, step: tf.Variable | None) -> dict[str, Any]:
-    items: dict[str, Any] = {"model": model}
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None:
-        items["optimizer"] = optimizer
-    if step is not None:
-        items["step"] = step
-    return items
-
-
-def _plan(
-    checkpoint: tf.train.Checkpoint, model: keras.Model, prefix: str, *, strict: bool, verify: bool
-) -> _Plan:
-    """Check ``prefix`` against ``checkpoint``'s objects; raise before any change."""
-    try:
-        reader = _tf.checkpoint.verify(prefix) if verify else tf.train.load_checkpoint(prefix)
-        graph = _tf.checkpoint.object_graph(reader)
-    except (tf.errors.OpError, ValueError, IndexError, OSError) as error:
-        raise CheckpointError(
-            f"Checkpoint {prefix!r} (files {prefix}.index and {prefix}.data-*) is truncated "
-            f"or corrupt: {type(error).__name__}: {str(error).strip()[:300]}. Nothing was "
-            "restored.",
-            path=prefix,
-        ) from error
-    matched = _tf.checkpoint.match(checkpoint, graph)
-    paths = _tf.checkpoint.node_paths(graph)
-    optimizer = getattr(model, "optimizer", None)
-    # Values that wait for objects not created yet: an optimizer that is not
-    # built (or absent: a weights-only restore), a model that is not built.
-    # The optimizer hangs off the root and off the model; the model's own
-    # variables are reachable without passing through it.
-    ckpt = _tf.checkpoint
-    models = ckpt.child_ids(graph, [0], "model")
-    optimizers = ckpt.child_ids(graph, [0, *models], "optimizer")
-    everything = ckpt.reachable(graph, [0])
-    waiting: set[int] = set()
-    if optimizer is None or not optimizer.built:
-        waiting |= everything - ckpt.reachable(graph, [0], avoid=optimizers)
-    if not model.built:
-        waiting |= ckpt.reachable(graph, models, avoid=optimizers)
-    valued = list(_tf.checkpoint.valued_nodes(graph))
-    shapes = reader.get_variable_to_shape_map()
-    conflicts = tuple(
-        sorted(
-            f"{_describe(obj)} (checkpoint {tuple(saved)}, model {tuple(obj.shape)})"
-            for n in valued
-            if (obj := matched.get(n)) is not None
-            and isinstance(obj, (tf.Variable, keras.Variable))
-            and (saved := shapes.get(graph.nodes[n].attributes[0].checkpoint_key)) is not None
-            and tuple(saved) != tuple(obj.shape)
-        )
-    )
-    if conflicts:
-        raise CheckpointError(
-            f"Checkpoint {prefix!r} does not fit {type(model).__name__} {model.name!r}: "
-            f"{len(conflicts)} value(s) have another shape: {', '.join(conflicts[:20])}. "
-            "Nothing was restored.",
-            path=prefix,
-            unexpected=conflicts,
-        )
-    unmatched = [n for n in valued if n not in matched]
-    deferred = [n for n in unmatched if n in waiting]
-    if not strict:
-        return _Plan(prefix=prefix, deferred=len(deferred))
-    unexpected = tuple(
-        sorted(
-            paths.get(n, f"<node {n}>")
-            for n in unmatched
-            if n not in waiting and paths.get(n, "").split("/")[0] not in _BOOKKEEPING
-        )
-    )
-    found = {id(obj) for obj in matched.values()}
-    missing = tuple(
-        sorted(
-            _describe(obj)
-            for name, obj in _tf.checkpoint.children(checkpoint).items()
-            if name not in _BOOKKEEPING
-            for obj in [obj, *_tf.checkpoint.descendants(obj)]
-            if isinstance(obj, (tf.Variable, keras.Variable)) and id(obj) not in found
-        )
-    )
-    if missing or unexpected:
-        lines = []
-        if missing:
-            lines.append(f"missing from the checkpoint ({len(missing)}): {', '.join(missing[:20])}")
-        if unexpected:
-            lines.append(
-                f"in the checkpoint but not in the model ({len(unexpected)}): "
-                f"{', '.join(unexpected[:20])}"
-            )
-        raise CheckpointError(
-            f"Checkpoint {prefix!r} does not match {type(model).__name__} {model.name!r}; "
-            + "; ".join(lines)
-            + ". Nothing was restored. Pass strict=False to restore what matches.",
-            path=prefix,
-            missing=missing,
-            unexpected=unexpected,
-        )
-    return _Plan(prefix=prefix, deferred=len(deferred))
-
-
-def _describe(obj: Any) -> str:
-    return str(getattr(obj, "path", None) or getattr(obj, "name", None) or repr(obj))
-
-
-def restore_checkpoint(
-    model: keras.Model,
-    path: str | os.PathLike[str],
-    *,
-    strict: bool = True,
-    verify: bool = True,
-    step: tf.Variable | None = None,
-) -> str:
-    """Restore ``model`` (and its optimizer) from a checkpoint, checked first.
-
-    Args:
-        model: The model to restore into. Its optimizer, if it has one, is
-            restored too — at once if built, otherwise when it builds.
-        path: A checkpoint prefix, or a directory (its latest checkpoint).
-        strict: Refuse a checkpoint with values for objects the model lacks, or
-            without values for objects it has (values for an optimizer that is
-            absent or not built yet are not a mismatch).
-        verify: Read every tensor first and check its CRC; without it a corrupt
-            file can restore garbage silently.
-        step: A step counter to restore alongside, if the checkpoint has one.
-
-    Returns:
-        The prefix restored.
-
-    Raises:
-        CheckpointError: Missing, truncated or corrupt files, or a mismatch
-            under ``strict``. Nothing was restored.
-    """
-    prefix = latest_checkpoint(path)
-    checkpoint = tf.train.Checkpoint(**_items(model, step))
-    plan = _plan(checkpoint, model, prefix, strict=strict, verify=verify)
-    checkpoint.restore(plan.prefix).expect_partial()
-    return plan.prefix
+__all__ = ["CheckpointKeeper", "keeper_of"]
 
 
 class CheckpointKeeper:
@@ -279,7 +92,6 @@ class CheckpointKeeper:
         self._tracked_optimizer: Any = None
         self._options = None
         if self.async_save:
-            _tf.checkpoint.fix_async_copy()
             self._options = tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True)
 
     # -- queries ------------------------------------------------------------------
@@ -323,6 +135,10 @@ class CheckpointKeeper:
             raise ValueError(f"`step` must be an int >= 0. Received: step={step!r}")
         with self._using("save()"), self._lock:
             manager = self._managed()
+            if self.async_save:
+                # Only this keeper's variables, including any created since
+                # the last save (an optimizer's slots), copy the fixed way.
+                _tf.checkpoint.fix_async_copy(_tf.checkpoint.descendants(self._checkpoint))
             if step is None:
                 self._step.assign_add(1)
             else:
@@ -351,7 +167,9 @@ class CheckpointKeeper:
 
         Raises:
             CheckpointError: Nothing to restore, missing, truncated or corrupt
-                files, or a mismatch; the model is unchanged.
+                files, a mismatch, or a model that is not built yet; the model
+                is unchanged.
+            CompatibilityError: An internal the checks rely on has moved.
             DisposedError: The model was disposed.
         """
         with self._using("restore()"), self._lock:
@@ -391,6 +209,8 @@ class CheckpointKeeper:
             if self._checkpoint is not None:
                 try:
                     _tf.checkpoint.shutdown_async(self._checkpoint)
+                except CompatibilityError:
+                    raise
                 except Exception as error:
                     raise CheckpointError(
                         f"The last async save to {self.directory!r} failed: "
@@ -403,10 +223,11 @@ class CheckpointKeeper:
         with self._lock:
             model, self._model = self._model, None
             self._checkpoint = self._manager = self._tracked_optimizer = None
-            if model is not None:
-                keepers = getattr(model, "_lifecycle_keepers", {})
-                if keepers.get(self.directory) is self:
-                    del keepers[self.directory]
+            record: ModelRecord | None = getattr(model, "_lifecycle", None)
+            if record is not None:
+                with record.keepers_lock:
+                    if record.keepers.get(self.directory) is self:
+                        del record.keepers[self.directory]
             _tf.release([self._step])
 
     def _managed(self) -> tf.train.CheckpointManager:
@@ -415,7 +236,7 @@ class CheckpointKeeper:
         if self._manager is None or optimizer is not self._tracked_optimizer:
             if self._checkpoint is not None:
                 _tf.checkpoint.shutdown_async(self._checkpoint)
-            self._checkpoint = tf.train.Checkpoint(**_items(model, self._step))
+            self._checkpoint = tf.train.Checkpoint(**checkpoint_items(model, self._step))
             self._manager = tf.train.CheckpointManager(
                 self._checkpoint,
                 self.directory,
@@ -448,12 +269,12 @@ def keeper_of(
 ) -> CheckpointKeeper:
     """The keeper of ``model`` for ``directory``: the existing one, or a new one."""
     record: ModelRecord = model._lifecycle
-    if record.state is not ModelState.LIVE:
-        raise disposed_error(model, "model.checkpoints()")
-    keepers: dict[str, CheckpointKeeper] = model.__dict__.setdefault("_lifecycle_keepers", {})
-    key = os.path.abspath(os.fspath(directory))
-    with record.accounting_lock:
-        keeper = keepers.get(key)
+    with record.keepers_lock:
+        if record.state is not ModelState.LIVE:
+            raise disposed_error(model, "model.checkpoints()")
+        key = os.path.abspath(os.fspath(directory))
+        keeper = record.keepers.get(key)
+        created = keeper is None
         if keeper is None:
             keeper = CheckpointKeeper(
                 model,
@@ -462,9 +283,15 @@ def keeper_of(
                 keep_every_n_hours=keep_every_n_hours,
                 async_save=async_save,
             )
-            keepers[key] = keeper
+            record.keepers[key] = keeper
             record.dependents.add(keeper)
-            return keeper
+    if created:
+        # dispose() marks the model before it drops its dependents: a keeper
+        # added after that mark may have been missed, so it closes itself.
+        if record.state is not ModelState.LIVE:
+            keeper.close()
+            raise disposed_error(model, "model.checkpoints()")
+        return keeper
     wanted = (max_to_keep, keep_every_n_hours, bool(async_save))
     have = (keeper.max_to_keep, keeper.keep_every_n_hours, keeper.async_save)
     if wanted != have:
