@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 
 from .. import _tf
-from .._core import ModelState
+from .._core import ModelState, check_optional_int
 from .._record import disposed_error, held
 from ..errors import CheckpointError, CompatibilityError
 from ._restore import checkpoint_items, restore_checkpoint
@@ -64,13 +64,7 @@ class CheckpointKeeper:
                 f"Checkpoint directory {self.directory!r} exists and is not a directory.",
                 path=self.directory,
             )
-        if max_to_keep is not None and (
-            isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1
-        ):
-            raise ValueError(
-                f"`max_to_keep` must be a positive int or None (keep all). "
-                f"Received: max_to_keep={max_to_keep!r}"
-            )
+        check_optional_int(max_to_keep, "max_to_keep", minimum=1)
         if keep_every_n_hours is not None and (
             isinstance(keep_every_n_hours, bool)
             or not isinstance(keep_every_n_hours, (int, float))
@@ -131,8 +125,7 @@ class CheckpointKeeper:
             DisposedError: The model was disposed.
             ValueError: ``step`` is not an int >= 0.
         """
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise ValueError(f"`step` must be an int >= 0. Received: step={step!r}")
+        check_optional_int(step, "step")
         with self._using("save()"), self._lock:
             manager = self._managed()
             if self.async_save:
