@@ -34,9 +34,10 @@ class _Refresh(enum.Enum):
     NEVER = "never"  # creates no variables
 
 
-# Entry points that read or write the model's variables. Each is a safe point
-# of the owning session, and after dispose() raises DisposedError instead of a
-# TensorFlow shape error or a crash.
+# Entry points that read or write the model's variables (the names are
+# _tf.keras_internals.ENTRY_POINTS, which the self-check looks up). Each is a
+# safe point of the owning session, and after dispose() raises DisposedError
+# instead of a TensorFlow shape error or a crash.
 _ENTRY_POINTS = {
     "__call__": _Refresh.FIRST,
     "compile": _Refresh.ALWAYS,
@@ -67,7 +68,8 @@ def _guarded(name: str, refresh: _Refresh) -> Callable[..., Any]:
         try:
             if depth == 1:
                 record.owner.cleaner.safe_point()
-            result = getattr(super(ManagedModel, self), name)(*args, **kwargs)
+            method = _tf.keras_internals.model_method(super(ManagedModel, self), name)
+            result = method(*args, **kwargs)
             if depth == 1 and (
                 refresh is _Refresh.ALWAYS
                 or (refresh is _Refresh.FIRST and name not in record.refreshed)
@@ -78,14 +80,17 @@ def _guarded(name: str, refresh: _Refresh) -> Callable[..., Any]:
         finally:
             record.gate.exit()
 
-    original = getattr(keras.Model, name)
+    # Looked up again on each call: a method Keras renamed fails the self-check
+    # (and the call) with a CompatibilityError, not `import lifecycle`.
+    original = getattr(keras.Model, name, None)
     entry_point.__name__ = name
     entry_point.__qualname__ = f"ManagedModel.{name}"
     entry_point.__doc__ = (
         f"Guarded ``keras.Model.{name}``: raises ``DisposedError`` after ``dispose()``.\n\n"
-        + (original.__doc__ or "")
+        + (getattr(original, "__doc__", None) or "")
     )
-    entry_point.__wrapped__ = original  # type: ignore[attr-defined]
+    if original is not None:
+        entry_point.__wrapped__ = original  # type: ignore[attr-defined]
     return entry_point
 
 
@@ -382,6 +387,6 @@ def manage(
     _tf.check_compatibility()
     managed_class = _tf.keras_internals.subclass_variant(ManagedModel, type(model))
     _adopt(model, session, dispose_timeout)
-    object.__setattr__(model, "__class__", managed_class)
+    _tf.keras_internals.set_class(model, managed_class)
     model._lifecycle.refresh(model)
     return model
