@@ -106,6 +106,7 @@ class _Counter:
 # Managed models owned by any session in the process and not yet disposed or
 # cleaned: the clear_session policy runs only when there are none.
 _live_models = _Counter()
+live_model_count = _live_models  # shared with monitoring.statistics()
 _names = itertools.count(1)
 _local = threading.local()
 

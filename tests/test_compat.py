@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import re
 import types
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -303,3 +305,42 @@ def test_a_renamed_model_method_does_not_break_import(run_child):
     lines = out.splitlines()
     assert lines[0] == "imported" and len(lines) == 3
     assert all("keras.Model has no train_on_batch" in line for line in lines[1:])
+
+
+def test_statistics_and_distributed_training_run_the_check(fresh_check, monkeypatch):
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])  # not managed
+    model.compile(optimizer="sgd", loss="mse")
+    monkeypatch.setattr(_purge, "registry", lambda: [])
+    with pytest.raises(lc.CompatibilityError, match=r"ops\._gradient_registry"):
+        lc.statistics(count_graphs=False)
+
+    def dataset():
+        return tf.data.Dataset.from_tensors((tf.ones([4, 2]), tf.ones([4, 1]))).repeat()
+
+    with pytest.raises(lc.CompatibilityError, match=r"ops\._gradient_registry"):
+        lc.distribute.train(model, dataset, steps=1)
+    monkeypatch.undo()
+    assert lc.statistics(count_graphs=False).live_models >= 0
+    assert lc.distribute.train(model, dataset, steps=1) >= 0.0
+
+
+def test_internals_are_read_only_under_lifecycle_tf():
+    # keras.src / tensorflow.python modules and the private attributes the
+    # self-check covers are touched only inside lifecycle/_tf/.
+    names = (
+        "external_captures|_distribute_strategy|_num_workers|_v|_value|_compile_loss"
+        "|_compile_metrics|_loss_tracker|_compile_config|object_name_uids|name_scope_stack"
+        "|GLOBAL_CUSTOM_NAMES|_unpickle_model|_gradient_registry|__class__"
+    )
+    pattern = re.compile(
+        rf"keras\.src|tensorflow\.python|(?<!_tf)\.({names})\b|[\"']({names})[\"']"
+    )
+    package = Path(lc.__file__).parent
+    offenders = [
+        f"{path.relative_to(package)}:{number}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if "_tf" not in path.relative_to(package).parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not offenders, "\n".join(offenders)

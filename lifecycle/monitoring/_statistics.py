@@ -6,7 +6,7 @@ import attrs
 
 from .. import _tf
 from .._core import PROCESS, running_cleaners
-from .._session import _live_models
+from .._session import live_model_count
 
 __all__ = ["DeviceMemory", "Statistics", "statistics"]
 
@@ -77,14 +77,19 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
     Returns:
         A :class:`Statistics`.
 
+    Raises:
+        CompatibilityError: A TensorFlow/Keras internal the library relies on
+            has moved (the self-check runs once per process).
+
     Example:
         >>> import lifecycle as lc
         >>> lc.statistics().live_models >= 0
         True
     """
+    _tf.check_compatibility()
     totals = PROCESS.snapshot()
     return Statistics(
-        live_models=_live_models.value,
+        live_models=live_model_count.value,
         models_managed=int(totals.get("models_managed", 0)),
         models_disposed=int(totals.get("models_disposed", 0)),
         models_cleaned=int(totals.get("models_cleaned", 0)),
