@@ -19,7 +19,14 @@ import keras
 from . import _tf
 from ._checkpoints import CheckpointKeeper, keeper_of
 from ._core import ModelState, check_timeout
-from ._record import _DEFAULT, DEFAULT_DISPOSE_TIMEOUT, DisposeReport, ModelRecord, disposed_error
+from ._record import (
+    _DEFAULT,
+    DEFAULT_DISPOSE_TIMEOUT,
+    DisposeReport,
+    ModelRecord,
+    disposed_error,
+    held,
+)
 from ._session import LifecycleSession, current_session
 from .errors import NotAModelError
 
@@ -326,6 +333,23 @@ class ManagedModel(keras.Model):
 
     def __exit__(self, *exc_info: object) -> None:
         self.dispose()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (and ``copy.deepcopy``) like the Keras model it is.
+
+        Keras pickles a model as an in-memory ``.keras`` archive, and unpickling
+        loads it back as the class that ``model.save()`` names: a model put
+        under management with :func:`manage` comes back as a plain model of its
+        own class (``Sequential``, ``Functional``, ...), and an instance of a
+        ``ManagedModel`` class comes back as a new ``ManagedModel`` owned by the
+        session current where it is unpickled. A pickling in progress holds the
+        model like a call: ``dispose()`` waits for it.
+
+        Raises:
+            DisposedError: The model was disposed: its weights are gone.
+        """
+        with held(self, "pickling or copying it"):
+            return _tf.keras_internals.reduce_as_declared(super().__reduce__(), type(self))
 
 
 for _name, _refresh in _ENTRY_POINTS.items():

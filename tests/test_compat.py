@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 from keras.src.backend.common import global_state
 from keras.src.models import model as keras_model_module
+from keras.src.saving.keras_saveable import KerasSaveable
 from keras.src.utils import naming
 from tensorflow.python.distribute import collective_all_reduce_strategy, ps_values
 from tensorflow.python.distribute import values as distribute_values
@@ -261,6 +262,28 @@ def test_registered_names_keras_no_longer_reads_fail_loudly(fresh_check, monkeyp
     stale = types.SimpleNamespace(GLOBAL_CUSTOM_NAMES={})
     monkeypatch.setattr(_tf_keras, "object_registration", stale)
     fails_loudly("GLOBAL_CUSTOM_NAMES", "variant registered as 'RegisteredProbe'")
+
+
+def test_a_changed_pickle_format_fails_loudly(fresh_check, monkeypatch):
+    def load(data):
+        raise AssertionError("never unpickled")
+
+    monkeypatch.setattr(KerasSaveable, "__reduce__", lambda self: (load, (b"",)))
+    fails_loudly("KerasSaveable.__reduce__", "expected a class method")
+
+
+def test_a_renamed_unpickling_method_still_works(fresh_check, monkeypatch):
+    # Keras pickles with whatever class method it names: the name is not assumed.
+    unpickle = vars(KerasSaveable)["_unpickle_model"]  # the classmethod itself
+    monkeypatch.setattr(KerasSaveable, "_load_pickled", unpickle, raising=False)
+    reduce = KerasSaveable.__reduce__
+
+    def reduce_renamed(self):
+        _, args = reduce(self)
+        return self._load_pickled, args
+
+    monkeypatch.setattr(KerasSaveable, "__reduce__", reduce_renamed)
+    assert lc.check_compatibility().checks
 
 
 def test_the_failure_of_the_first_broken_check_is_reported_alone(fresh_check, monkeypatch):

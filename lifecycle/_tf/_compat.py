@@ -8,6 +8,7 @@ installed versions and the internal, instead of the library silently leaking.
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 import threading
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any
 
 import attrs
 import keras
+import numpy as np
 import tensorflow as tf
 from keras.src.backend.tensorflow import core as keras_tf_core
 from tensorflow.python.checkpoint import async_checkpoint_helper
@@ -246,6 +248,9 @@ def _check_name_scopes() -> None:
 class _Mixin(keras.Model):
     """Stands in for ManagedModel: a mixin put in front of a model's class."""
 
+    def __reduce__(self) -> Any:
+        return _keras.reduce_as_declared(super().__reduce__(), type(self))
+
 
 def _check_registered_names() -> None:
     # A class of its own each time (variants are cached), registered for the
@@ -261,6 +266,16 @@ def _check_registered_names() -> None:
         names.pop(probe, None)
         names.pop(variant, None)
     assert registered == "lifecycle_check>RegisteredProbe", f"variant registered as {registered!r}"
+
+
+def _check_class_swap_and_pickling() -> None:
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    _keras.set_class(model, _keras.subclass_variant(_Mixin, keras.Sequential))
+    assert isinstance(model, _Mixin) and type(model).__name__ == "Sequential", type(model)
+    assert _keras.declared_class(type(model)) is keras.Sequential
+    copy = pickle.loads(pickle.dumps(model))
+    assert type(copy) is keras.Sequential, type(copy)
+    assert np.array_equal(copy.get_weights()[0], model.get_weights()[0]), "weights differ"
 
 
 def _check_worker_count() -> None:
@@ -320,6 +335,10 @@ _CHECKS += (
     (
         "Keras registered names of variant classes (object_registration.GLOBAL_CUSTOM_NAMES)",
         _check_registered_names,
+    ),
+    (
+        "model class swap and pickling (KerasSaveable.__reduce__, _unpickle_model)",
+        _check_class_swap_and_pickling,
     ),
     (
         "MultiWorkerMirroredStrategy worker count (CollectiveAllReduceExtended._num_workers)",

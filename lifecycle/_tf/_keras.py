@@ -1,4 +1,4 @@
-"""Keras class plumbing: functional construction, class swapping, compiled state.
+"""Keras class plumbing: functional construction, class swapping, pickling, compiled state.
 
 ``keras.Model.__init__`` rewrites ``cls.__bases__`` of any subclass constructed
 with ``(inputs, outputs)`` to inject ``Functional``. Done to ``ManagedModel``, that
@@ -9,7 +9,10 @@ user classes are never touched. ``manage()`` swaps an existing model's class for
 a variant ``(ManagedModel, cls)`` the same way.
 
 A variant has the name, module and registered name of the class the user
-declared, so saved configs load back as that class.
+declared, so saved configs load back as that class. Pickle, though, finds a
+class by module and name and refuses one that is not the object found there:
+:func:`reduce_as_declared` makes a variant's instances unpickle through the
+declared class instead.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from keras.src.models import model as keras_model_module
 from keras.src.models.functional import Functional
 from keras.src.saving import object_registration
 
-from ._internal import internal
+from ._internal import incompatible, internal
 
 __all__ = [
     "COMPILED_STATE",
@@ -31,10 +34,12 @@ __all__ = [
     "Functional",
     "caller_names",
     "clear_session_preserving_caller_state",
+    "declared_class",
     "drop_compiled_state",
     "functional_variant",
     "is_functional_call",
     "model_method",
+    "reduce_as_declared",
     "registered_names",
     "restore_caller_names",
     "set_class",
@@ -76,6 +81,8 @@ _NAME_SCOPES = "name_scope_stack"
 
 _variants_lock = threading.Lock()
 _variants: dict[tuple[tuple[type, ...], type], type] = {}
+# Variant class -> the class the user declared (the one it stands for).
+_declared: dict[type, type] = {}
 
 
 def is_functional_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -127,6 +134,7 @@ def _variant(bases: tuple[type, ...], like: type) -> type:
             if registered is not None:
                 names[variant] = registered
             _variants[bases, like] = variant
+            _declared[variant] = like
         return variant
 
 
@@ -150,6 +158,40 @@ def set_class(model: keras.Model, cls: type) -> None:
     Bypasses ``Layer.__setattr__``: Keras's attribute tracking must not see it.
     """
     object.__setattr__(model, "__class__", cls)
+
+
+def declared_class(cls: type) -> type:
+    """The class the user declared that ``cls`` stands for (``cls`` itself if not a variant)."""
+    return _declared.get(cls, cls)
+
+
+def reduce_as_declared(reduced: Any, cls: type) -> Any:
+    """Keras's ``__reduce__`` value for a ``cls`` instance, unpickled through the declared class.
+
+    Keras pickles a model as ``(cls._unpickle_model, (archive,))``: a class
+    method that loads the model from a ``.keras`` archive in memory. Pickling a
+    method pickles its class by module and name, which for a variant finds the
+    declared class, a different object, so pickle refuses it. The same class
+    method of the declared class loads the same archive.
+
+    Args:
+        reduced: What ``keras.Model.__reduce__`` returned for the instance.
+        cls: The instance's class.
+
+    Returns:
+        ``reduced`` with its function taken from :func:`declared_class`.
+
+    Raises:
+        CompatibilityError: Keras no longer pickles models this way.
+    """
+    try:
+        function, args = reduced
+        name = function.__name__
+        if getattr(function, "__self__", None) is not cls:
+            raise TypeError(f"expected a class method of {cls.__qualname__}, got {function!r}")
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise incompatible("keras.Model.__reduce__ (KerasSaveable._unpickle_model)", exc) from exc
+    return internal(declared_class(cls), name, f"KerasSaveable.{name}"), args
 
 
 def drop_compiled_state(model: keras.Model) -> None:
