@@ -367,3 +367,10 @@ def test_internals_are_read_only_under_lifecycle_tf():
         if pattern.search(line)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_internals_doc_lists_every_check_by_name():
+    doc = (Path(lc.__file__).parent.parent / "docs" / "internals.md").read_text()
+    section = doc.split("## The self-check", 1)[1]
+    missing = [name for name in lc.check_compatibility().checks if f"`{name}`" not in section]
+    assert not missing, missing
