@@ -19,7 +19,14 @@ import keras
 from . import _tf
 from ._checkpoints import CheckpointKeeper, keeper_of
 from ._core import ModelState, check_timeout
-from ._record import DEFAULT, DEFAULT_DISPOSE_TIMEOUT, DisposeReport, ModelRecord, disposed_error
+from ._record import (
+    DEFAULT,
+    DEFAULT_DISPOSE_TIMEOUT,
+    DisposeReport,
+    ModelRecord,
+    disposed_error,
+    held,
+)
 from ._session import LifecycleSession, current_session
 from .errors import NotAModelError
 
@@ -34,9 +41,10 @@ class _Refresh(enum.Enum):
     NEVER = "never"  # creates no variables
 
 
-# Entry points that read or write the model's variables. Each is a safe point
-# of the owning session, and after dispose() raises DisposedError instead of a
-# TensorFlow shape error or a crash.
+# Entry points that read or write the model's variables (the names are
+# _tf.keras_internals.ENTRY_POINTS, which the self-check looks up). Each is a
+# safe point of the owning session, and after dispose() raises DisposedError
+# instead of a TensorFlow shape error or a crash.
 _ENTRY_POINTS = {
     "__call__": _Refresh.FIRST,
     "compile": _Refresh.ALWAYS,
@@ -67,7 +75,8 @@ def _guarded(name: str, refresh: _Refresh) -> Callable[..., Any]:
         try:
             if depth == 1:
                 record.owner.cleaner.safe_point()
-            result = getattr(super(ManagedModel, self), name)(*args, **kwargs)
+            method = _tf.keras_internals.model_method(super(ManagedModel, self), name)
+            result = method(*args, **kwargs)
             if depth == 1 and (
                 refresh is _Refresh.ALWAYS
                 or (refresh is _Refresh.FIRST and name not in record.refreshed)
@@ -78,14 +87,17 @@ def _guarded(name: str, refresh: _Refresh) -> Callable[..., Any]:
         finally:
             record.gate.exit()
 
-    original = getattr(keras.Model, name)
+    # Looked up again on each call: a method Keras renamed fails the self-check
+    # (and the call) with a CompatibilityError, not `import lifecycle`.
+    original = getattr(keras.Model, name, None)
     entry_point.__name__ = name
     entry_point.__qualname__ = f"ManagedModel.{name}"
     entry_point.__doc__ = (
         f"Guarded ``keras.Model.{name}``: raises ``DisposedError`` after ``dispose()``.\n\n"
-        + (original.__doc__ or "")
+        + (getattr(original, "__doc__", None) or "")
     )
-    entry_point.__wrapped__ = original  # type: ignore[attr-defined]
+    if original is not None:
+        entry_point.__wrapped__ = original  # type: ignore[attr-defined]
     return entry_point
 
 
@@ -322,6 +334,23 @@ class ManagedModel(keras.Model):
     def __exit__(self, *exc_info: object) -> None:
         self.dispose()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (and ``copy.deepcopy``) like the Keras model it is.
+
+        Keras pickles a model as an in-memory ``.keras`` archive, and unpickling
+        loads it back as the class that ``model.save()`` names: a model put
+        under management with :func:`manage` comes back as a plain model of its
+        own class (``Sequential``, ``Functional``, ...), and an instance of a
+        ``ManagedModel`` class comes back as a new ``ManagedModel`` owned by the
+        session current where it is unpickled. A pickling in progress holds the
+        model like a call: ``dispose()`` waits for it.
+
+        Raises:
+            DisposedError: The model was disposed: its weights are gone.
+        """
+        with held(self, "pickling or copying it"):
+            return _tf.keras_internals.reduce_as_declared(super().__reduce__(), type(self))
+
 
 for _name, _refresh in _ENTRY_POINTS.items():
     setattr(ManagedModel, _name, _guarded(_name, _refresh))
@@ -382,6 +411,6 @@ def manage(
     _tf.check_compatibility()
     managed_class = _tf.keras_internals.subclass_variant(ManagedModel, type(model))
     _adopt(model, session, dispose_timeout)
-    object.__setattr__(model, "__class__", managed_class)
+    _tf.keras_internals.set_class(model, managed_class)
     model._lifecycle.refresh(model)
     return model

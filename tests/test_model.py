@@ -213,6 +213,16 @@ def test_every_entry_point_raises_disposed_error_naming_the_model(entry_point, t
         ENTRY_POINTS[entry_point](model, tmp_path)
 
 
+def test_the_guarded_entry_points_are_those_the_self_check_looks_up():
+    from lifecycle import _model
+
+    assert set(_model._ENTRY_POINTS) == set(_tf.keras_internals.ENTRY_POINTS)
+    for name in _tf.keras_internals.ENTRY_POINTS:
+        guarded = vars(lc.ManagedModel)[name]
+        assert guarded.__wrapped__ is getattr(keras.Model, name), name
+        assert guarded.__doc__.startswith(f"Guarded ``keras.Model.{name}``"), name
+
+
 # --- manage() ---------------------------------------------------------------------
 
 

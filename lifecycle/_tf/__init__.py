@@ -22,7 +22,7 @@ try:
         purge_gradient_registry,
     )
     from ._release import is_released, release, release_by_device
-    from ._resources import keras_variables, leaf_nbytes, leaves, model_leaves
+    from ._resources import external_captures, keras_variables, leaf_nbytes, leaves, model_leaves
     from ._threads import capture_build_scope
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
     import keras as _keras_pkg
@@ -44,6 +44,7 @@ __all__ = [
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
     "distribute",
+    "external_captures",
     "func_graphs",
     "is_released",
     "isolated_names",

@@ -7,16 +7,16 @@ installed versions and the internal, instead of the library silently leaking.
 
 from __future__ import annotations
 
-import os
-import tempfile
+import pickle
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import keras
+import numpy as np
 import tensorflow as tf
-from keras.src.backend.tensorflow import core as keras_tf_core
-from tensorflow.python.checkpoint import async_checkpoint_helper
+from tensorflow.python.distribute import collective_all_reduce_strategy, ps_values
 from tensorflow.python.eager import context
 from tensorflow.python.framework import func_graph as func_graph_lib
 
@@ -27,11 +27,13 @@ from . import (
     _functions,
     _keras,
     _memory,
+    _naming,
     _purge,
     _release,
     _resources,
     _threads,
 )
+from ._internal import incompatible, internal
 
 
 @attrs.frozen
@@ -85,32 +87,16 @@ def _check_gradient_registry() -> None:
 
 
 def _check_func_graph() -> None:
-    for name in ("external_captures", "outer_graph"):
-        assert hasattr(func_graph_lib.FuncGraph, name), name
+    variable = tf.Variable([1.0])
+    graph = tf.function(lambda: variable + 1.0).get_concrete_function().graph
+    captures = _resources.external_captures(graph)
+    assert any(capture is variable.handle for capture in captures), "handle not captured"
+    assert hasattr(func_graph_lib.FuncGraph, "outer_graph"), "outer_graph"
 
 
 def _check_functional_construction() -> None:
     assert _keras.is_functional_call((1, 2), {}) and not _keras.is_functional_call((), {})
     assert issubclass(_keras.Functional, keras.Model)
-
-
-def _check_checkpoint_graph() -> None:
-    variable = tf.Variable([1.0, 2.0])
-    with tempfile.TemporaryDirectory() as directory:
-        prefix = tf.train.Checkpoint(kept=variable).write(os.path.join(directory, "c"))
-        graph = _checkpoint.object_graph(_checkpoint.verify(prefix))
-    root = tf.train.Checkpoint(kept=variable)
-    matched = _checkpoint.match(root, graph)
-    assert any(obj is variable for obj in matched.values()), matched
-    assert _checkpoint.node_paths(graph)[max(matched)] == "kept", _checkpoint.node_paths(graph)
-
-
-def _check_async_checkpoint() -> None:
-    assert "_copy_trackable_to_cpu" in vars(keras_tf_core.Variable)
-    helper = async_checkpoint_helper.AsyncCheckpointHelper
-    for name in ("_join_async_save_thread", "_ensure_initialized", "sync"):
-        assert callable(getattr(helper, name, None)), name
-    assert hasattr(tf.train.Checkpoint(), "_async_checkpointer_impl")
 
 
 def _check_distribute() -> None:
@@ -157,6 +143,140 @@ def _check_build_scope() -> None:
     assert seen[0][1].endswith("device:CPU:0"), seen
 
 
+def _in_fresh_thread(function: Callable[[], Any]) -> Any:
+    """``function()`` on a new thread: Keras's per-thread state starts empty there."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function()))
+        except Exception as exc:
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value
+
+
+def _check_model_methods() -> None:
+    # Looked up in the classes, as super() does (getattr on a class also finds
+    # its metaclass's __call__).
+    classes = keras.Model.__mro__[:-1]  # not object
+    missing = [
+        name
+        for name in _keras.ENTRY_POINTS
+        if not any(callable(vars(cls).get(name)) for cls in classes)
+    ]
+    assert not missing, f"keras.Model has no {', '.join(missing)}"
+
+
+def _check_compiled_state() -> None:
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae"])
+    for make in (model.make_train_function, model.make_test_function, model.make_predict_function):
+        make()
+    _keras.drop_compiled_state(model)
+    # Whatever Keras calls them, compiled losses, metrics, the optimizer and
+    # step functions must be gone.
+    kinds = (keras.optimizers.Optimizer, keras.losses.Loss, keras.metrics.Metric)
+    left = [
+        name
+        for name, value in vars(model).items()
+        if isinstance(value, kinds) or (name.endswith("_function") and value is not None)
+    ]
+    assert not left and not model.compiled, f"still held after dropping: {left}"
+
+
+class _NameProbe(keras.layers.Layer):
+    """A layer whose auto-names only the name checks create."""
+
+
+def _check_name_counters() -> None:
+    first = _NameProbe().name
+    with _naming.isolated_names("lifecycle_check"):
+        isolated = _NameProbe().name
+    assert isolated == first, f"fresh counters not used: {isolated!r} after {first!r}"
+    saved = _keras.caller_names()
+
+    def elsewhere() -> str:
+        _keras.restore_caller_names(saved)
+        return _NameProbe().name
+
+    carried = _in_fresh_thread(elsewhere)
+    assert carried == f"{first}_1", f"counters not restored: {carried!r} after {first!r}"
+
+
+def _check_name_scopes() -> None:
+    with keras.name_scope("lifecycle_check"):
+        saved = _keras.caller_names()
+
+        def elsewhere() -> str:
+            _keras.restore_caller_names(saved)
+            return keras.Variable([1.0], name="probe").path
+
+        path = _in_fresh_thread(elsewhere)
+    assert path == "lifecycle_check/probe", f"name scope not restored: {path!r}"
+
+
+class _Mixin(keras.Model):
+    """Stands in for ManagedModel: a mixin put in front of a model's class."""
+
+    def __reduce__(self) -> Any:
+        return _keras.reduce_as_declared(super().__reduce__(), type(self))
+
+
+def _check_registered_names() -> None:
+    # A class of its own each time (variants are cached), registered for the
+    # duration of the check only.
+    probe = type("RegisteredProbe", (keras.Model,), {"__module__": __name__})
+    names = _keras.registered_names()
+    names[probe] = "lifecycle_check>RegisteredProbe"
+    variant = None
+    try:
+        variant = _keras.subclass_variant(_Mixin, probe)
+        registered = keras.saving.get_registered_name(variant)
+    finally:
+        names.pop(probe, None)
+        names.pop(variant, None)
+    assert registered == "lifecycle_check>RegisteredProbe", f"variant registered as {registered!r}"
+
+
+def _check_class_swap_and_pickling() -> None:
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    _keras.set_class(model, _keras.subclass_variant(_Mixin, keras.Sequential))
+    assert isinstance(model, _Mixin) and type(model).__name__ == "Sequential", type(model)
+    assert _keras.declared_class(type(model)) is keras.Sequential
+    copy = pickle.loads(pickle.dumps(model))
+    assert type(copy) is keras.Sequential, type(copy)
+    assert np.array_equal(copy.get_weights()[0], model.get_weights()[0]), "weights differ"
+
+
+def _check_worker_count() -> None:
+    # Creating a MultiWorkerMirroredStrategy configures the process's collective
+    # ops, so the check reads the code that sets the count instead.
+    extended = collective_all_reduce_strategy.CollectiveAllReduceExtended
+    for initializer in ("_initialize_local", "_initialize_multi_worker"):
+        method = internal(extended, initializer, f"CollectiveAllReduceExtended.{initializer}")
+        assert _distribute.NUM_WORKERS in method.__code__.co_names, (
+            f"CollectiveAllReduceExtended.{initializer} no longer sets {_distribute.NUM_WORKERS}"
+        )
+
+
+def _check_parameter_server_variables() -> None:
+    variable = tf.Variable([1.0, 2.0])
+    strategy = tf.distribute.get_strategy()
+    for wrapper in (
+        ps_values.CachingVariable(variable),
+        ps_values.AggregatingVariable(strategy, variable, tf.VariableAggregation.SUM),
+    ):
+        found = list(_resources.leaves(wrapper))
+        assert len(found) == 1 and found[0] is variable, (type(wrapper).__name__, found)
+
+
 class _Holder(keras.Model):
     """Just enough of a model for strategy_of()."""
 
@@ -171,13 +291,39 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("FuncGraph.external_captures/outer_graph", _check_func_graph),
     ("ops._gradient_registry CustomGradient closures", _check_gradient_registry),
     ("keras functional construction", _check_functional_construction),
-    ("checkpoint object graph and matching", _check_checkpoint_graph),
-    ("async checkpoint helper and Keras variable copy", _check_async_checkpoint),
     ("checkpoint internals: async save, host copies, object graph", _checkpoint.self_check),
     ("tf.distribute strategies, collectives and shards", _check_distribute),
     ("eager kernel cache can be cleared", _check_kernel_cache),
     ("dtype policy and device scope carried to another thread", _check_build_scope),
     ("tf.function frequent-retracing warning can be omitted", _check_retracing_warning),
+)
+
+# The Keras class plumbing, and what dispose() reads under tf.distribute.
+_CHECKS += (
+    ("keras.Model methods that ManagedModel guards", _check_model_methods),
+    (
+        "keras.Model compiled state (_compile_loss, _compile_metrics, _loss_tracker, "
+        "_compile_config) can be dropped",
+        _check_compiled_state,
+    ),
+    ("Keras layer-name counters (global_state object_name_uids)", _check_name_counters),
+    ("Keras name-scope stack (global_state name_scope_stack)", _check_name_scopes),
+    (
+        "Keras registered names of variant classes (object_registration.GLOBAL_CUSTOM_NAMES)",
+        _check_registered_names,
+    ),
+    (
+        "model class swap and pickling (KerasSaveable.__reduce__, _unpickle_model)",
+        _check_class_swap_and_pickling,
+    ),
+    (
+        "MultiWorkerMirroredStrategy worker count (CollectiveAllReduceExtended._num_workers)",
+        _check_worker_count,
+    ),
+    (
+        "parameter-server variables (CachingVariable._v, AggregatingVariable._v)",
+        _check_parameter_server_variables,
+    ),
 )
 
 _lock = threading.Lock()
@@ -208,7 +354,9 @@ def check_compatibility() -> CompatibilityReport:
             failure = _run_checks_in_clean_thread()
             if failure is not None:
                 name, exc = failure
-                raise incompatible(name, exc) from exc
+                # A strict read (_internal.internal) failed: report what it read.
+                cause = exc.__cause__ if isinstance(exc, CompatibilityError) else None
+                raise incompatible(name, cause or exc) from exc
             _report = CompatibilityReport(
                 tensorflow=tf.__version__,
                 keras=keras.__version__,
@@ -235,13 +383,3 @@ def _run_checks_in_clean_thread() -> tuple[str, BaseException] | None:
     thread.start()
     thread.join()
     return failure[0] if failure else None
-
-
-def incompatible(what: str, exc: BaseException) -> CompatibilityError:
-    """A CompatibilityError naming the installed versions and what failed."""
-    return CompatibilityError(
-        f"keras-lifecycle cannot work with TensorFlow {tf.__version__} and Keras "
-        f"{keras.__version__}: the internal check {what!r} failed "
-        f"({type(exc).__name__}: {exc}). Install the versions pinned by "
-        "keras-lifecycle (pip install keras-lifecycle) or upgrade keras-lifecycle."
-    )

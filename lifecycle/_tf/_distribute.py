@@ -15,26 +15,41 @@ import keras
 import tensorflow as tf
 from tensorflow.python.distribute import collective_all_reduce_strategy, sharded_variable
 
-from ._resources import keras_variables
+from ._internal import internal
+from ._resources import keras_variables, tf_variable
 
-__all__ = ["barrier", "is_sharded", "needs_barrier", "strategy_of"]
+__all__ = ["NUM_WORKERS", "barrier", "is_sharded", "needs_barrier", "strategy_of"]
+
+#: Where ``CollectiveAllReduceExtended`` keeps the number of workers.
+NUM_WORKERS = "_num_workers"
 
 
 def strategy_of(model: keras.Model) -> tf.distribute.Strategy | None:
     """The strategy the model's variables were created under, if any."""
     for variable in keras_variables(model):
-        inner = getattr(variable, "_value", variable)
-        strategy = getattr(inner, "_distribute_strategy", None)
+        inner = tf_variable(variable)
+        if inner is None:
+            continue
+        strategy = internal(
+            inner, "_distribute_strategy", f"{type(inner).__name__}._distribute_strategy"
+        )
         if strategy is not None:
             return strategy
     return None
 
 
 def needs_barrier(strategy: Any) -> bool:
-    """Whether disposing under ``strategy`` must be coordinated across workers."""
+    """Whether disposing under ``strategy`` must be coordinated across workers.
+
+    Raises:
+        CompatibilityError: The worker count is no longer in
+            ``CollectiveAllReduceExtended._num_workers``. Guessing one worker
+            would skip the barrier and leave the peers hanging.
+    """
     if not isinstance(strategy, collective_all_reduce_strategy.CollectiveAllReduceStrategy):
         return False
-    return int(getattr(strategy.extended, "_num_workers", 1)) > 1
+    workers = internal(strategy.extended, NUM_WORKERS, f"CollectiveAllReduceExtended.{NUM_WORKERS}")
+    return int(workers) > 1
 
 
 def barrier(strategy: tf.distribute.Strategy, timeout: float | None) -> int:
@@ -65,5 +80,4 @@ def barrier(strategy: tf.distribute.Strategy, timeout: float | None) -> int:
 
 def is_sharded(variable: Any) -> bool:
     """Whether a Keras variable is split into shards (a parameter-server partitioner)."""
-    inner = getattr(variable, "_value", variable)
-    return isinstance(inner, sharded_variable.ShardedVariableMixin)
+    return isinstance(tf_variable(variable), sharded_variable.ShardedVariableMixin)

@@ -1,11 +1,18 @@
-"""Keras class plumbing: functional construction, class swapping, compiled state.
+"""Keras class plumbing: functional construction, class swapping, pickling, compiled state.
 
 ``keras.Model.__init__`` rewrites ``cls.__bases__`` of any subclass constructed
 with ``(inputs, outputs)`` to inject ``Functional``. Done to ``ManagedModel``, that
 would break every later subclassed ``ManagedModel`` ("Functional.__init__()
 missing 2 required positional arguments"). Instead, a functional construction
 gets an instance of a cached variant class ``(cls, Functional)`` and the bases of
-user classes are never touched.
+user classes are never touched. ``manage()`` swaps an existing model's class for
+a variant ``(ManagedModel, cls)`` the same way.
+
+A variant has the name, module and registered name of the class the user
+declared, so saved configs load back as that class. Pickle, though, finds a
+class by module and name and refuses one that is not the object found there:
+:func:`reduce_as_declared` makes a variant's instances unpickle through the
+declared class instead.
 """
 
 from __future__ import annotations
@@ -19,22 +26,95 @@ from keras.src.models import model as keras_model_module
 from keras.src.models.functional import Functional
 from keras.src.saving import object_registration
 
+from ._internal import incompatible, internal
+
 __all__ = [
+    "COMPILED_STATE",
+    "ENTRY_POINTS",
     "Functional",
+    "caller_names",
     "clear_session_preserving_caller_state",
+    "declared_class",
     "drop_compiled_state",
     "functional_variant",
     "is_functional_call",
+    "model_method",
+    "reduce_as_declared",
+    "registered_names",
+    "restore_caller_names",
+    "set_class",
     "subclass_variant",
 ]
 
+#: The ``keras.Model`` methods that read or write a model's variables, which
+#: ``ManagedModel`` guards. Resolved when called, so that a method Keras renamed
+#: fails the self-check, not ``import lifecycle``.
+ENTRY_POINTS = (
+    "__call__",
+    "compile",
+    "evaluate",
+    "export",
+    "fit",
+    "get_weights",
+    "load_weights",
+    "predict",
+    "predict_on_batch",
+    "quantize",
+    "save",
+    "save_weights",
+    "set_weights",
+    "test_on_batch",
+    "train_on_batch",
+)
+
+#: Private attributes in which a compiled Keras model keeps its compiled loss,
+#: metrics, loss tracker and compile arguments.
+COMPILED_STATE = ("_compile_loss", "_compile_metrics", "_loss_tracker", "_compile_config")
+# Public attributes holding traced step functions and the optimizer.
+_TRAINING_STATE = ("train_function", "test_function", "predict_function", "optimizer")
+
+# Keys of Keras's per-thread state (keras.src.backend.common.global_state) that
+# keras.backend.clear_session() discards: the layer-name counters and the
+# name-scope stack.
+_NAME_COUNTERS = "object_name_uids"
+_NAME_SCOPES = "name_scope_stack"
+
 _variants_lock = threading.Lock()
 _variants: dict[tuple[tuple[type, ...], type], type] = {}
+# Variant class -> the class the user declared (the one it stands for).
+_declared: dict[type, type] = {}
 
 
 def is_functional_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether ``Model(*args, **kwargs)`` is a functional construction."""
-    return bool(keras_model_module.functional_init_arguments(args, kwargs))
+    check = internal(
+        keras_model_module, "functional_init_arguments", "keras.Model functional_init_arguments"
+    )
+    return bool(check(args, kwargs))
+
+
+def model_method(model: Any, name: str) -> Any:
+    """``getattr(model, name)`` for a ``keras.Model`` method the library wraps.
+
+    Args:
+        model: A model, or a ``super()`` proxy of one.
+        name: One of :data:`ENTRY_POINTS`.
+
+    Raises:
+        CompatibilityError: Keras no longer has the method.
+    """
+    return internal(model, name, f"keras.Model.{name}")
+
+
+def registered_names() -> dict[type, str]:
+    """Keras's class -> registered name table, the one saved configs are written with.
+
+    Raises:
+        CompatibilityError: It is no longer ``object_registration.GLOBAL_CUSTOM_NAMES``.
+    """
+    return internal(
+        object_registration, "GLOBAL_CUSTOM_NAMES", "keras object_registration.GLOBAL_CUSTOM_NAMES"
+    )
 
 
 def _variant(bases: tuple[type, ...], like: type) -> type:
@@ -42,6 +122,7 @@ def _variant(bases: tuple[type, ...], like: type) -> type:
     with _variants_lock:
         variant = _variants.get((bases, like))
         if variant is None:
+            names = registered_names()
             variant = type(
                 like.__name__,
                 bases,
@@ -49,10 +130,11 @@ def _variant(bases: tuple[type, ...], like: type) -> type:
             )
             # Saved configs name the class the user knows, so they load back
             # with the same custom objects as without keras-lifecycle.
-            registered = object_registration.GLOBAL_CUSTOM_NAMES.get(like)
+            registered = names.get(like)
             if registered is not None:
-                object_registration.GLOBAL_CUSTOM_NAMES[variant] = registered
+                names[variant] = registered
             _variants[bases, like] = variant
+            _declared[variant] = like
         return variant
 
 
@@ -70,28 +152,82 @@ def subclass_variant(mixin: type, cls: type) -> type:
     return _variant((mixin, cls), like=cls)
 
 
+def set_class(model: keras.Model, cls: type) -> None:
+    """Make ``model`` an instance of ``cls`` (a variant of its class), in place.
+
+    Bypasses ``Layer.__setattr__``: Keras's attribute tracking must not see it.
+    """
+    object.__setattr__(model, "__class__", cls)
+
+
+def declared_class(cls: type) -> type:
+    """The class the user declared that ``cls`` stands for (``cls`` itself if not a variant)."""
+    return _declared.get(cls, cls)
+
+
+def reduce_as_declared(reduced: Any, cls: type) -> Any:
+    """Keras's ``__reduce__`` value for a ``cls`` instance, unpickled through the declared class.
+
+    Keras pickles a model as ``(cls._unpickle_model, (archive,))``: a class
+    method that loads the model from a ``.keras`` archive in memory. Pickling a
+    method pickles its class by module and name, which for a variant finds the
+    declared class, a different object, so pickle refuses it. The same class
+    method of the declared class loads the same archive.
+
+    Args:
+        reduced: What ``keras.Model.__reduce__`` returned for the instance.
+        cls: The instance's class.
+
+    Returns:
+        ``reduced`` with its function taken from :func:`declared_class`.
+
+    Raises:
+        CompatibilityError: Keras no longer pickles models this way.
+    """
+    try:
+        function, args = reduced
+        name = function.__name__
+        if getattr(function, "__self__", None) is not cls:
+            raise TypeError(f"expected a class method of {cls.__qualname__}, got {function!r}")
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise incompatible("keras.Model.__reduce__ (KerasSaveable._unpickle_model)", exc) from exc
+    return internal(declared_class(cls), name, f"KerasSaveable.{name}"), args
+
+
 def drop_compiled_state(model: keras.Model) -> None:
-    """Drop the references a compiled model holds to traced functions and training state."""
-    for name in ("train_function", "test_function", "predict_function"):
+    """Drop the references a compiled model holds to traced functions and training state.
+
+    Raises:
+        CompatibilityError: A compiled model lacks one of :data:`COMPILED_STATE`:
+            Keras keeps it elsewhere now, and dropping the rest would leave it
+            pinned.
+    """
+    compiled = getattr(model, "compiled", False)
+    for name in COMPILED_STATE:
+        value = (
+            internal(model, name, f"keras.Model.{name}") if compiled else getattr(model, name, None)
+        )
+        if value is not None:
+            object.__setattr__(model, name, None)
+    for name in _TRAINING_STATE:
         if getattr(model, name, None) is not None:
             object.__setattr__(model, name, None)
-    for name in (
-        "_compile_loss",
-        "_compile_metrics",
-        "_loss_tracker",
-        "_compile_config",
-        "optimizer",
-    ):
-        if getattr(model, name, None) is not None:
-            object.__setattr__(model, name, None)
-    if getattr(model, "compiled", False):
+    if compiled:
         object.__setattr__(model, "compiled", False)
 
 
-# Per-thread Keras state that keras.backend.clear_session() discards: the name
-# counters (layer names) and the name-scope stack. The dtype policy is restored
-# through the public keras.config API.
-_CALLER_STATE = ("object_name_uids", "name_scope_stack")
+def caller_names() -> dict[str, Any]:
+    """The calling thread's layer-name counters and name-scope stack, to restore later."""
+    return {
+        name: global_state.get_global_attribute(name) for name in (_NAME_COUNTERS, _NAME_SCOPES)
+    }
+
+
+def restore_caller_names(saved: dict[str, Any]) -> None:
+    """Install counters and a name-scope stack from :func:`caller_names` on the calling thread."""
+    for name, value in saved.items():
+        if value is not None:
+            global_state.set_global_attribute(name, value)
 
 
 def clear_session_preserving_caller_state() -> None:
@@ -103,9 +239,7 @@ def clear_session_preserving_caller_state() -> None:
     memory. The calling thread's policy, counters and name scopes are put back.
     """
     policy = keras.config.dtype_policy()
-    saved = {name: global_state.get_global_attribute(name) for name in _CALLER_STATE}
+    saved = caller_names()
     keras.backend.clear_session(free_memory=False)
     keras.config.set_dtype_policy(policy)
-    for name, value in saved.items():
-        if value is not None:
-            global_state.set_global_attribute(name, value)
+    restore_caller_names(saved)

@@ -4,6 +4,7 @@ A Keras 3 variable wraps a ``tf.Variable`` (``keras_variable._value``); under
 ``tf.distribute`` that ``tf.Variable`` is itself a container of per-device or
 per-shard components. Release must reach every component, so this module walks
 down to the leaves: plain ``BaseResourceVariable`` objects that own one buffer.
+It also reads what a traced graph captured, which is how a graph pins buffers.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from typing import Any
 import keras
 from tensorflow.python.distribute import ps_values, sharded_variable
 from tensorflow.python.distribute import values as distribute_values
+from tensorflow.python.framework import func_graph as func_graph_lib
 from tensorflow.python.ops import resource_variable_ops
+
+from ._internal import internal
 
 BaseResourceVariable = resource_variable_ops.BaseResourceVariable
 
@@ -52,10 +56,7 @@ def leaves(variable: Any) -> Iterator[BaseResourceVariable]:
     Yields:
         One ``BaseResourceVariable`` per buffer (per replica, per shard).
     """
-    if isinstance(variable, keras.Variable):
-        variable = getattr(variable, "_value", None)
-        if variable is None:  # never initialized: owns no buffer
-            return
+    variable = tf_variable(variable)
     if isinstance(variable, sharded_variable.ShardedVariableMixin):
         for shard in variable.variables:
             yield from leaves(shard)
@@ -63,9 +64,24 @@ def leaves(variable: Any) -> Iterator[BaseResourceVariable]:
         for component in variable.values:
             yield from leaves(component)
     elif isinstance(variable, (ps_values.CachingVariable, ps_values.AggregatingVariable)):
-        yield from leaves(variable._v)
+        yield from leaves(internal(variable, "_v", f"{type(variable).__name__}._v"))
     elif isinstance(variable, BaseResourceVariable):
         yield variable
+
+
+def tf_variable(variable: Any) -> Any:
+    """The TensorFlow variable behind a Keras variable; any other variable as is.
+
+    Returns:
+        A ``tf.Variable`` or a ``tf.distribute`` container of them; ``None`` for
+        a Keras variable never initialized (it owns no buffer).
+
+    Raises:
+        CompatibilityError: Keras no longer keeps it in ``keras.Variable._value``.
+    """
+    if isinstance(variable, keras.Variable):
+        return internal(variable, "_value", "keras.Variable._value")
+    return variable
 
 
 def model_leaves(model: keras.Model) -> list[BaseResourceVariable]:
@@ -86,3 +102,12 @@ def leaf_nbytes(leaf: BaseResourceVariable) -> int:
     if elements is None:
         return 0
     return elements * leaf.dtype.size
+
+
+def external_captures(graph: func_graph_lib.FuncGraph) -> tuple[Any, ...]:
+    """Tensors a traced graph captured from outside, among them its variables' handles.
+
+    Raises:
+        CompatibilityError: ``FuncGraph.external_captures`` has moved.
+    """
+    return tuple(internal(graph, "external_captures", "FuncGraph.external_captures"))

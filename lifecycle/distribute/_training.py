@@ -51,6 +51,8 @@ def train(
         NotImplementedError: Some variables are sharded (a parameter-server
             partitioner); Keras 3's optimizers cannot update them.
         DisposedError: The model was disposed.
+        CompatibilityError: A TensorFlow/Keras internal the library relies on
+            has moved (the self-check runs once per process).
 
     Example:
         >>> with strategy.scope():  # doctest: +SKIP
@@ -59,6 +61,7 @@ def train(
         >>> lc.distribute.train(model, make_dataset, steps=100)  # doctest: +SKIP
         0.0123
     """
+    _tf.check_compatibility()
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"`steps` must be an int >= 1. Received: steps={steps!r}")
     if getattr(model, "optimizer", None) is None:

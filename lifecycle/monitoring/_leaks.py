@@ -256,8 +256,7 @@ def _graphs_holding(handles: set[int]) -> list[Any]:
     """Traced graphs alive that captured one of ``handles``."""
     graphs = []
     for graph in _tf.func_graphs():
-        captures = getattr(graph, "external_captures", ())
-        if any(id(capture) in handles for capture in captures):
+        if any(id(capture) in handles for capture in _tf.external_captures(graph)):
             graphs.append(graph)
     return graphs
 

@@ -76,11 +76,16 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
     Returns:
         A :class:`Statistics`.
 
+    Raises:
+        CompatibilityError: A TensorFlow/Keras internal the library relies on
+            has moved (the self-check runs once per process).
+
     Example:
         >>> import lifecycle as lc
         >>> lc.statistics().live_models >= 0
         True
     """
+    _tf.check_compatibility()
     totals = PROCESS.snapshot()
     return Statistics(
         live_models=LIVE_MODELS.value,
