@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint check-size format bench clean
+.PHONY: demo test test-fast lint check-size format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ lint: check-size $(VENV)/.dev-installed
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast lane: the slow tests left out, one test of every kind kept.
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 format: $(VENV)/.dev-installed
 	$(BIN)/ruff format .
