@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-fast lint check-size format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,32 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo-installed
 	$(BIN)/lifecycle soak --plot soak.png
 
-lint: $(VENV)/.dev-installed
+# Wheels, archives and data sets stay out of git: no tracked (staged) file over
+# 1 MB, except images for the docs.
+MAX_FILE_BYTES := 1000000
+
+check-size:
+	@git rev-parse --git-dir >/dev/null 2>&1 || exit 0; \
+	big=$$(git -c core.quotepath=off ls-files -s \
+	  | awk -F '\t' '{ split($$1, meta, " "); print meta[2], $$2 }' \
+	  | git cat-file --batch-check='%(objectsize) %(rest)' \
+	  | awk -v max=$(MAX_FILE_BYTES) '$$1 > max { name = substr($$0, length($$1) + 2); \
+	      if (name !~ /^docs\/images\//) print "  " name " (" $$1 " bytes)" }'); \
+	if [ -n "$$big" ]; then \
+	  printf '%s\n%s\n' "Tracked files over 1 MB outside docs/images/ (git rm them):" "$$big"; \
+	  exit 1; \
+	fi
+
+lint: check-size $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast lane: the slow tests left out, one test of every kind kept.
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 format: $(VENV)/.dev-installed
 	$(BIN)/ruff format .

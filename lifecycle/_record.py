@@ -20,6 +20,7 @@ import keras
 
 from . import _graveyard, _tf
 from ._core import PROCESS, CallGate, ModelState, check_timeout
+from ._core._cleaner import warn_from_finalizer
 from .errors import (
     CoordinationError,
     DisposedError,
@@ -306,13 +307,14 @@ class ModelRecord:
             )
             self.owner.cleaner.note_released(released)
         if owned:
-            warnings.warn(
+            # Like an unclosed file's: under -W error it reaches sys.unraisablehook,
+            # not the cleaner (the clean-up above is done either way).
+            warn_from_finalizer(
                 f"{self.describe()} was garbage-collected without dispose(); session "
                 f"{self.owner.name!r} cleaned up its {owned} bytes of "
                 "buffers. Call model.dispose() or use `with model:` to release them "
                 "deterministically.",
                 ResourceWarning,
-                stacklevel=1,
             )
 
     def _account_release(self, released: int) -> int:

@@ -24,6 +24,7 @@ def run_benchmark(script: str, *args: str) -> list[str]:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_loop_benchmark_prints_one_row_per_variant():
     lines = run_benchmark(
         "loop_training.py",
@@ -38,6 +39,7 @@ def test_loop_benchmark_prints_one_row_per_variant():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_cleaner_benchmark_prints_latency_rows():
     lines = run_benchmark("cleaner.py", *("--seconds", "3", "--variants", "naive,bg"))
     rows = [line for line in lines if line.startswith(("naive", "bg"))]
@@ -46,6 +48,7 @@ def test_cleaner_benchmark_prints_latency_rows():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_hot_swap_benchmark_swaps_without_failed_requests():
     lines = run_benchmark(
         "hot_swap.py",

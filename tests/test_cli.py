@@ -36,6 +36,7 @@ def test_version_runs_the_self_check(app):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_soak_prints_the_table_and_writes_a_png(app, tmp_path):
     chart = tmp_path / "soak.png"
     result = runner.invoke(

@@ -32,8 +32,18 @@ def test_every_example_is_covered():
     assert {path.name for path in (ROOT / "examples").glob("*.py")} == set(EXPECTED)
 
 
+# The fast lane (-m "not slow") runs this one; the others take up to 70 s each.
+FAST_EXAMPLE = "manage_existing.py"
+
+
 @pytest.mark.subprocess
-@pytest.mark.parametrize("example", sorted(EXPECTED))
+@pytest.mark.parametrize(
+    "example",
+    [
+        name if name == FAST_EXAMPLE else pytest.param(name, marks=pytest.mark.slow)
+        for name in sorted(EXPECTED)
+    ],
+)
 def test_example_runs(example, run_child):
     code = (
         f"import runpy, sys; sys.argv = [{example!r}, *{ARGS.get(example, [])!r}]; "

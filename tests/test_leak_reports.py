@@ -131,6 +131,7 @@ def test_unmarked_is_not_checked():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # tests/test_testing_plugin.py runs the plugin in the fast lane
 def test_the_pytest_plugin_fails_leaking_tests_with_the_report(pytester):
     pytester.makepyfile(test_user=PLUGIN_TESTS)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", timeout=240)

@@ -42,6 +42,7 @@ def test_dispose_then_drop_leaves_no_graphs_and_no_registry_entries():
     assert _tf.custom_gradient_entries() == entries
 
 
+@pytest.mark.slow  # the control; the managed loop above runs in the fast lane
 def test_the_same_loop_with_plain_keras_leaks_graphs():
     # The control case: the model object itself is collected, but the gradient
     # registry keeps each cycle's training graphs (and the buffers they

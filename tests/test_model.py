@@ -48,6 +48,7 @@ def read_shape(variable):
 # --- construction -----------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # throwaway models, never disposed
 def test_both_construction_styles_work_in_any_order():
     bases = lc.ManagedModel.__bases__
 
@@ -68,6 +69,7 @@ def test_both_construction_styles_work_in_any_order():
     assert lc.ManagedModel.__bases__ == bases == (keras.Model,)
 
 
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # throwaway models, never disposed
 def test_functional_subclass_of_managed_model():
     class Net(lc.ManagedModel):
         pass
@@ -245,7 +247,14 @@ MANAGEABLE = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(MANAGEABLE))
+@pytest.mark.parametrize(
+    "kind",
+    [
+        # MobileNetV2 takes about a minute to build and train on 2 cores.
+        pytest.param(kind, marks=pytest.mark.slow) if kind == "application" else kind
+        for kind in sorted(MANAGEABLE)
+    ],
+)
 def test_manage_puts_any_model_under_management_in_place(kind, tmp_path):
     model = MANAGEABLE[kind]()
     original_class = type(model)

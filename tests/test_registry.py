@@ -361,6 +361,7 @@ def test_route_splits_traffic_by_weight_within_tolerance(registry):
     assert weights == {1: 0.75, 2: 0.25}
 
 
+@pytest.mark.slow
 def test_routing_by_key_is_sticky_and_stable_across_processes(registry, run_child):
     registry.load("risk", 1, constant(1.0))
     registry.load("risk", 2, constant(2.0))

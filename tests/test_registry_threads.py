@@ -1,6 +1,7 @@
 """8 threads serve through the registry while 50 promotions swap versions.
 
-Also with background loads (20 promotions: each load is paced).
+Also with background loads (20 promotions: each load is paced), and over 5
+promotions in the fast lane.
 
 Runs in a child process so a crash fails the test instead of the run. Every
 version answers its own number, so each answer tells which version served it.
@@ -77,18 +78,22 @@ print(json.dumps({"requests": requests, "failures": failures,
 
 
 @pytest.mark.subprocess
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "swaps"),
     [
-        pytest.param("", 50, id="calling-thread"),
+        # The fast lane's: the same checks over a few promotions.
+        pytest.param("", 5, id="calling-thread-short"),
+        pytest.param("", 50, id="calling-thread", marks=pytest.mark.slow),
         # Background loads: on the loader thread, paced while requests are in flight.
         pytest.param(
             "loader_nice=19, loader_gil_share=0.5",
             20,
-            marks=pytest.mark.skipif(
-                not sys.platform.startswith("linux"), reason="loader_nice is Linux-only"
-            ),
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(
+                    not sys.platform.startswith("linux"), reason="loader_nice is Linux-only"
+                ),
+            ],
             id="background",
         ),
     ],
@@ -111,4 +116,4 @@ def test_threads_serve_through_promotions_without_a_failed_request(run_child, op
         if version != last:
             assert since[version + 1][1] >= started, (version, started, finished)
         served.add(version)
-    assert len(out["requests"]) > 1000 and len(served) > swaps // 2
+    assert len(out["requests"]) > min(1000, 100 * swaps) and len(served) > swaps // 2

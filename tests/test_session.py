@@ -222,6 +222,7 @@ def test_below_the_threshold_nothing_is_collected():
         assert calls == []
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_end_to_end_dropped_models_are_found_by_pressure_alone():
     # No seam and no gc.collect() from the test: byte pressure makes the
@@ -448,6 +449,7 @@ def test_close_while_another_thread_is_in_fit_waits_or_fails_clearly():
     assert session.state is lc.SessionState.CLOSED and model.state is lc.ModelState.DISPOSED
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_user_threads_and_the_cleaner_thread_together():
     with lc.LifecycleSession(cleanup=S.IN_BACKGROUND, pressure_threshold=1) as session:
@@ -564,6 +566,7 @@ print(samples[-1] - samples[19])
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_disposed_models_leave_nothing_in_the_kernel_cache(run_child):
     # Without clearing the cache, each model's kernels stay: ~0.13 MiB per model
     # here (5 MiB over these 40), measured. With it, RSS is flat.

@@ -56,6 +56,7 @@ def test_reported_models_were_disposed():
 """
 
 
+@pytest.mark.subprocess
 def test_the_plugin_fails_leaking_tests_and_disposes_what_they_left(pytester):
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)

@@ -73,7 +73,7 @@ print(json.dumps(totals))
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     "path",
-    ["eager,predict_on_batch", "serving_function"],
+    [pytest.param("eager,predict_on_batch", marks=pytest.mark.slow), "serving_function"],
 )
 def test_threads_calling_while_another_disposes_never_crash(path, tmp_path, run_child):
     script = tmp_path / "child.py"

@@ -13,6 +13,10 @@ Finalizers run inside Python's garbage collector, on whatever thread triggered
 it, possibly while that thread holds arbitrary locks. They therefore only ever
 call :meth:`Cleaner.enqueue`, which takes no lock (``queue.SimpleQueue.put`` is
 reentrant and documented as safe in weakref callbacks).
+
+The work they defer warns the way Python's own finalizers do
+(:func:`warn_from_finalizer`): a warning that a filter turns into an error goes
+to ``sys.unraisablehook`` and the clean-up carries on.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import logging
 import queue
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +38,7 @@ import attrs
 from . import _malloc
 from ._counters import PROCESS
 
-__all__ = ["Cleaner", "CleanerStatistics", "CleanupStrategy"]
+__all__ = ["Cleaner", "CleanerStatistics", "CleanupStrategy", "warn_from_finalizer"]
 
 logger = logging.getLogger("lifecycle")
 
@@ -102,6 +107,43 @@ def all_cleaners() -> list[Cleaner]:
 def _stop_all_cleaners() -> None:
     for cleaner in list(_running_cleaners):
         cleaner.stop()
+
+
+class _FinalizerWarning:
+    """A warning emitted from ``__del__``, so that Python reports it as a finalizer's.
+
+    An exception raised in ``__del__`` (a warning that ``filterwarnings("error")``
+    turned into one) goes to ``sys.unraisablehook`` — "Exception ignored in:
+    ..." — as for an unclosed file. Python code has no other way to hand that
+    hook the ``UnraisableHookArgs`` its default implementation requires.
+    """
+
+    __slots__ = ("category", "message")
+
+    def __init__(self, message: str, category: type[Warning]) -> None:
+        self.message = message
+        self.category = category
+
+    def __del__(self) -> None:
+        warnings.warn(self.message, self.category, stacklevel=1)
+
+
+def warn_from_finalizer(message: str, category: type[Warning] = ResourceWarning) -> None:
+    """Warn about deferred finalizer work, as Python's own finalizers warn.
+
+    The warning shows, is recorded by ``warnings.catch_warnings`` and
+    ``pytest.warns``, and is filtered like any other. Where a filter turns it
+    into an error (``-W error``, ``filterwarnings = error``), the error does
+    not propagate: it goes to ``sys.unraisablehook``, like the
+    ``ResourceWarning`` of a file that was never closed, and the caller — a
+    cleanup task — goes on.
+
+    Args:
+        message: The warning's text.
+        category: The warning's class.
+    """
+    # CPython finalizes the object as its only reference drops, here.
+    _FinalizerWarning(message, category)
 
 
 class _Token(enum.Enum):

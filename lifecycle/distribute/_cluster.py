@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from ._network import PRIVATE_NETWORK_ENV, enter_private_network, in_private_network
+from ._network import PRIVATE_NETWORK_ENV, in_private_network, launcher_command
 
 __all__ = ["LocalCluster", "free_ports", "run_in_private_network"]
 
@@ -49,10 +49,6 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _private_network_preexec() -> None:  # runs in the forked child, single-threaded
-    enter_private_network()
-
-
 def run_in_private_network(
     args: Sequence[str],
     *,
@@ -68,30 +64,71 @@ def run_in_private_network(
     test suite and the examples run local clusters, since TensorFlow's servers
     listen on every interface.
 
+    No Python code runs in the forked child (no ``preexec_fn``, which is
+    unsafe once TensorFlow's threads run): the child is a fresh interpreter
+    that enters the namespace and then replaces itself with the command
+    (``exec``). It needs no program besides Python; as a non-root user, the
+    kernel must allow unprivileged user namespaces.
+
     Args:
         args: The command, e.g. ``[sys.executable, "train.py"]``.
         timeout: Seconds before the child is killed
             (``subprocess.TimeoutExpired`` is raised).
         env: Environment of the child (defaults to this process's).
-        **kwargs: More ``subprocess.run`` arguments (``capture_output``, ...).
+        **kwargs: More ``subprocess.run`` arguments (``capture_output``,
+            ``cwd``, ...), except ``executable``, ``shell`` and ``preexec_fn``.
 
     Returns:
-        The ``subprocess.CompletedProcess``.
+        The ``subprocess.CompletedProcess`` (its ``args`` are the launcher's).
 
     Raises:
         subprocess.SubprocessError: The namespace could not be created (the
             kernel refused); the message says why.
+        OSError: The command could not be executed (``FileNotFoundError``
+            for a missing program), as with ``subprocess.run``.
+        TypeError: ``executable``, ``shell`` or ``preexec_fn`` was given.
     """
+    for name in ("executable", "shell", "preexec_fn"):
+        if kwargs.get(name):
+            raise TypeError(
+                f"run_in_private_network() does not take `{name}`: the child is a launcher "
+                f"that enters the namespace and then runs `args`. Received: {name}="
+                f"{kwargs[name]!r}"
+            )
     child_env = {**(env if env is not None else os.environ), PRIVATE_NETWORK_ENV: "1"}
     kwargs.setdefault("text", True)
-    return subprocess.run(
-        list(args),
-        timeout=timeout,
-        env=child_env,
-        preexec_fn=_private_network_preexec,
-        check=False,
-        **kwargs,
-    )
+    pass_fds = tuple(kwargs.pop("pass_fds", ()))
+    # The launcher reports a failure on this pipe; the exec closes it unwritten.
+    read_fd, write_fd = os.pipe()
+    try:
+        result = subprocess.run(
+            launcher_command(args, report_fd=write_fd),
+            timeout=timeout,
+            env=child_env,
+            pass_fds=(*pass_fds, write_fd),
+            check=False,
+            **kwargs,
+        )
+    finally:
+        os.close(write_fd)
+        # The launcher has exited or exec'd: whatever it wrote is in the pipe.
+        os.set_blocking(read_fd, False)
+        try:
+            report = os.read(read_fd, 65536).decode(errors="replace")
+        except BlockingIOError:
+            report = ""
+        finally:
+            os.close(read_fd)
+    if report:
+        code, _, message = report.partition(" ")
+        stage, _, detail = message.partition(": ")
+        if stage == "exec":
+            raise OSError(int(code), os.strerror(int(code)), args[0])
+        raise subprocess.SubprocessError(
+            f"run_in_private_network() could not start {args[0]!r} in a private network "
+            f"namespace: {detail}"
+        )
+    return result
 
 
 class LocalCluster:

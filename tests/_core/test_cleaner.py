@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+import warnings
 
 import pytest
 
 from lifecycle._core import Cleaner, CleanupStrategy
+from lifecycle._core._cleaner import warn_from_finalizer
 
 
 def make(strategy, threshold=None):
@@ -80,3 +83,32 @@ def test_pressure_counts_bytes_both_ways_and_resets_on_collection():
     stats = cleaner.statistics()
     assert len(calls) == 1 and stats.pressure_bytes == 0
     assert (stats.bytes_allocated, stats.bytes_released, stats.collections) == (60, 40, 1)
+
+
+def test_a_warning_turned_error_in_a_task_goes_to_the_unraisable_hook(monkeypatch, caplog):
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    cleaner, _ = make(CleanupStrategy.ON_SAFE_POINTS)
+    ran = []
+
+    def task():
+        warn_from_finalizer("model 'm' was garbage-collected without dispose()")
+        ran.append(1)
+
+    cleaner.enqueue(task)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cleaner.run_pending()
+    stats = cleaner.statistics()
+    assert ran == [1] and (stats.tasks_run, stats.task_errors) == (1, 0)
+    assert [type(r.exc_value) for r in reported] == [ResourceWarning]
+    assert "'m' was garbage-collected" in str(reported[0].exc_value)
+    assert "failed" not in caplog.text
+
+
+def test_a_finalizer_warning_is_an_ordinary_warning_otherwise():
+    with pytest.warns(ResourceWarning, match="without dispose"):
+        warn_from_finalizer("without dispose")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warn_from_finalizer("without dispose")  # filtered out: nothing raised, nothing shown

@@ -99,6 +99,7 @@ print(json.dumps({
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_manage_and_registry_under_mirrored(run_child):
     out = json.loads(run_child(REGISTRY_CHILD, timeout=240).strip().splitlines()[-1])
     assert out["answer"] == [2, 3] and out["value_type"] == "MirroredVariable"

@@ -87,6 +87,7 @@ def run(run_child, mode):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_workers_dispose_together(run_child):
     results = run(run_child, "coordinated")
     weights = (32 * 256 + 256 + 256 * 4 + 4) * 4
@@ -100,6 +101,7 @@ def test_workers_dispose_together(run_child):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_worker_disposing_alone_fails_clearly_within_its_timeout(run_child):
     alone, idle = run(run_child, "one-sided")
     assert "did not" in alone["error"] and "coordinate=False" in alone["error"], alone

@@ -89,6 +89,10 @@ print(json.dumps(rows))
 
 
 @pytest.mark.subprocess
+# Three processes importing TensorFlow at once: 15-60 s on 2 busy cores. The
+# fast lane runs a private network in test_network.py and tf.distribute in
+# test_mirrored.py.
+@pytest.mark.slow
 @pytest.mark.parametrize("partitioned", [False, True], ids=["whole", "sharded"])
 def test_parameter_server_dispose_releases_remote_variables(run_child, partitioned):
     out = run_child(
@@ -121,6 +125,7 @@ def test_parameter_server_dispose_releases_remote_variables(run_child, partition
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_example_ps_memory_is_flat_with_dispose_and_grows_without(run_child):
     out = run_child(
         "import sys, runpy; sys.argv = ['x', '--generations', '3'];"
