@@ -11,12 +11,12 @@ from ._core import CleanupStrategy as CleanupStrategy
 from ._core import ModelState as ModelState
 from ._core import SessionState as SessionState
 from ._core import tune_allocator as tune_allocator
+from ._disposal import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
+from ._disposal import DeviceRelease as DeviceRelease
+from ._disposal import DisposeReport as DisposeReport
 from ._model import ManagedModel as ManagedModel
 from ._model import ModelStatistics as ModelStatistics
 from ._model import manage as manage
-from ._record import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
-from ._record import DeviceRelease as DeviceRelease
-from ._record import DisposeReport as DisposeReport
 from ._registry import ModelRegistry as ModelRegistry
 from ._registry import RegistryStatistics as RegistryStatistics
 from ._registry import ScanReport as ScanReport

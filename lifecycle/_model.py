@@ -19,7 +19,7 @@ import keras
 from . import _tf
 from ._checkpoints import CheckpointKeeper, keeper_of
 from ._core import ModelState, check_timeout
-from ._record import (
+from ._disposal import (
     DEFAULT,
     DEFAULT_DISPOSE_TIMEOUT,
     DisposeReport,

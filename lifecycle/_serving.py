@@ -14,8 +14,8 @@ from typing import Any
 import tensorflow as tf
 
 from . import _tf
+from ._disposal import disposed_error
 from ._model import ManagedModel
-from ._record import disposed_error
 
 
 class ServingFunction:

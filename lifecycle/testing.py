@@ -35,17 +35,17 @@ class LeakCheck:
 
     def start(self) -> LeakCheck:
         """Remember what exists now; it is not blamed on the checked code."""
-        from . import _graveyard
+        from . import _model_index
 
-        self._before = {id(model) for model in _graveyard.managed_models()}
+        self._before = {id(model) for model in _model_index.managed_models()}
         return self
 
     def report(self) -> Any:
         """The :class:`~lifecycle.monitoring.LeakReport` of what leaked since :meth:`start`."""
-        from . import _graveyard
+        from . import _model_index
         from .monitoring._leaks import leaks_among
 
-        return leaks_among(m for m in _graveyard.managed_models() if id(m) not in self._before)
+        return leaks_among(m for m in _model_index.managed_models() if id(m) not in self._before)
 
     def check(self, *, dispose_live: bool = True) -> None:
         """Raise ``AssertionError`` with the report if anything leaked.
@@ -61,10 +61,10 @@ class LeakCheck:
 
     def dispose_live(self) -> int:
         """Dispose the models created since :meth:`start` and still live; how many."""
-        from . import _graveyard
+        from . import _model_index
         from .monitoring._leaks import live_models
 
-        created = [m for m in _graveyard.managed_models() if id(m) not in self._before]
+        created = [m for m in _model_index.managed_models() if id(m) not in self._before]
         left = live_models(created)
         for model in left:
             model.dispose(timeout=5)

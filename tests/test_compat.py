@@ -160,9 +160,9 @@ def test_a_missing_worker_count_fails_dispose_loudly_instead_of_skipping_the_bar
     strategy = object.__new__(collective_all_reduce_strategy.CollectiveAllReduceStrategy)
     strategy._extended = types.SimpleNamespace()
     with pytest.raises(lc.CompatibilityError, match=r"CollectiveAllReduceExtended\._num_workers"):
-        _tf.distribute.needs_barrier(strategy)
+        _tf.strategies.needs_barrier(strategy)
     strategy._extended = types.SimpleNamespace(_num_workers=2)
-    assert _tf.distribute.needs_barrier(strategy)
+    assert _tf.strategies.needs_barrier(strategy)
 
 
 @pytest.mark.parametrize("cls", [ps_values.CachingVariable, ps_values.AggregatingVariable])

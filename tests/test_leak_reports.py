@@ -1,4 +1,5 @@
-"""Leak reports name who holds a disposed model; the pytest plugin fails leaking tests."""
+"""Leak reports name who holds a disposed model (a module's chain, a running function's
+local); the pytest plugin fails leaking tests."""
 
 from __future__ import annotations
 
@@ -140,3 +141,31 @@ def test_the_pytest_plugin_fails_leaking_tests_with_the_report(pytester):
     assert "keras-lifecycle found leaks" in out
     assert "[live] " in out and "'leaky' (live)" in out
     assert "module test_user → .KEPT → list[0] → ManagedModel 'leaky' (disposed)" in out
+
+
+# --- holders no module reaches: a running function's locals -------------------------
+
+
+def test_a_model_held_by_a_local_names_the_frame_and_the_local():
+    model = make("local_model")
+    model.dispose()
+    report = lc.find_leaks()
+    assert len(report) == 1, report
+    leak = report.leaks[0]
+    assert leak.kind == "model" and leak.chain == ()
+    assert leak.held_by == (
+        "frame of test_a_model_held_by_a_local_names_the_frame_and_the_local() → local 'model'",
+    )
+    assert str(leak) == (
+        "ManagedModel 'local_model' (disposed): no chain from a module (held by: frame of "
+        "test_a_model_held_by_a_local_names_the_frame_and_the_local() → local 'model')"
+    )
+
+
+def test_a_deleted_local_is_not_reported_after_a_report_read_the_frame():
+    model = make("deleted_local")
+    model.dispose()
+    assert lc.find_leaks()  # reads this frame's locals while `model` is set
+    del model
+    report = lc.find_leaks()
+    assert not report, report

@@ -17,12 +17,12 @@ import tensorflow as tf
 
 from .. import _tf
 from .._core import ModelState, check_optional_int
-from .._record import disposed_error, held
+from .._disposal import disposed_error, held
 from ..errors import CheckpointError, CompatibilityError
 from ._restore import checkpoint_items, restore_checkpoint
 
 if TYPE_CHECKING:
-    from .._record import ModelRecord
+    from .._disposal import ModelRecord
 
 __all__ = ["CheckpointKeeper", "keeper_of"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 try:
     from . import _checkpoint as checkpoint
-    from . import _distribute as distribute
     from . import _keras as keras_internals
     from . import _memory as memory
+    from . import _strategies as strategies
     from ._compat import CompatibilityReport, check_compatibility
     from ._functions import omit_retracing_warning
     from ._keras import clear_session_preserving_caller_state
@@ -43,7 +43,6 @@ __all__ = [
     "checkpoint",
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
-    "distribute",
     "external_captures",
     "func_graphs",
     "is_released",
@@ -59,4 +58,5 @@ __all__ = [
     "purge_gradient_registry",
     "release",
     "release_by_device",
+    "strategies",
 ]

@@ -23,7 +23,6 @@ from tensorflow.python.framework import func_graph as func_graph_lib
 from ..errors import CompatibilityError
 from . import (
     _checkpoint,
-    _distribute,
     _functions,
     _keras,
     _memory,
@@ -31,6 +30,7 @@ from . import (
     _purge,
     _release,
     _resources,
+    _strategies,
     _threads,
 )
 from ._internal import incompatible, internal
@@ -103,11 +103,11 @@ def _check_distribute() -> None:
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
         variable = keras.Variable([1.0, 2.0])
-    assert _distribute.strategy_of(_Holder(variable)) is strategy
-    assert not _distribute.needs_barrier(strategy)
-    assert not _distribute.is_sharded(variable)
-    assert hasattr(_distribute.collective_all_reduce_strategy, "CollectiveAllReduceStrategy")
-    assert hasattr(_distribute.sharded_variable, "ShardedVariableMixin")
+    assert _strategies.strategy_of(_Holder(variable)) is strategy
+    assert not _strategies.needs_barrier(strategy)
+    assert not _strategies.is_sharded(variable)
+    assert hasattr(_strategies.collective_all_reduce_strategy, "CollectiveAllReduceStrategy")
+    assert hasattr(_strategies.sharded_variable, "ShardedVariableMixin")
 
 
 def _check_kernel_cache() -> None:
@@ -261,8 +261,8 @@ def _check_worker_count() -> None:
     extended = collective_all_reduce_strategy.CollectiveAllReduceExtended
     for initializer in ("_initialize_local", "_initialize_multi_worker"):
         method = internal(extended, initializer, f"CollectiveAllReduceExtended.{initializer}")
-        assert _distribute.NUM_WORKERS in method.__code__.co_names, (
-            f"CollectiveAllReduceExtended.{initializer} no longer sets {_distribute.NUM_WORKERS}"
+        assert _strategies.NUM_WORKERS in method.__code__.co_names, (
+            f"CollectiveAllReduceExtended.{initializer} no longer sets {_strategies.NUM_WORKERS}"
         )
 
 

@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from .. import _tf
-from .._record import held
+from .._disposal import held
 
 __all__ = ["train"]
 
@@ -67,8 +67,8 @@ def train(
     if getattr(model, "optimizer", None) is None:
         raise ValueError(f"Compile {type(model).__name__} {model.name!r} before training it.")
     if strategy is None:
-        strategy = _tf.distribute.strategy_of(model) or tf.distribute.get_strategy()
-    sharded = [v.path for v in model.trainable_variables if _tf.distribute.is_sharded(v)]
+        strategy = _tf.strategies.strategy_of(model) or tf.distribute.get_strategy()
+    sharded = [v.path for v in model.trainable_variables if _tf.strategies.is_sharded(v)]
     if sharded:
         raise NotImplementedError(
             f"Cannot train {type(model).__name__} {model.name!r}: {len(sharded)} of its "

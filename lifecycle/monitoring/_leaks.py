@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from .. import _graveyard, _tf
+from .. import _model_index, _tf
 from .._core import ModelState
 
 __all__ = ["Leak", "LeakReport", "check_disposed", "find_leaks", "live_models"]
@@ -288,22 +288,22 @@ def _report(
 
 def live_models(models: Iterable[Any] | None = None) -> list[Any]:
     """Managed models (of ``models``, or all) that were never disposed."""
-    pool = _graveyard.managed_models() if models is None else list(models)
+    pool = _model_index.managed_models() if models is None else list(models)
     return [m for m in pool if m._lifecycle.state is ModelState.LIVE]
 
 
 def _disposed_candidates(models: list[Any] | None) -> list[tuple[str, Any]]:
-    disposed = _graveyard.disposed_models() if models is None else models
+    disposed = _model_index.disposed_models() if models is None else models
     # Variables reachable through a model listed anyway are not listed again.
     through_models = {id(v) for m in disposed for v in _tf.keras_variables(m)}
     candidates: list[tuple[str, Any]] = [("model", m) for m in disposed]
     candidates += [
         ("variable", variable)
-        for variable in _graveyard.disposed_variables()
+        for variable in _model_index.disposed_variables()
         if id(variable) not in through_models
     ]
     if models is None:
-        handles = {id(handle) for handle in _graveyard.disposed_handles()}
+        handles = {id(handle) for handle in _model_index.disposed_handles()}
     else:
         handles = {id(leaf.handle) for m in models for leaf in _tf.model_leaves(m)}
     if handles:

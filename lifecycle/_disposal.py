@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import keras
 
-from . import _graveyard, _tf
+from . import _model_index, _tf
 from ._core import PROCESS, CallGate, ModelState, check_timeout
 from ._core._cleaner import warn_from_finalizer
 from .errors import (
@@ -139,7 +139,7 @@ class ModelRecord:
         owner.adopt(record)
         record._model = weakref.ref(model)
         # The finalizer only queues: it runs inside the garbage collector.
-        _graveyard.register(model)
+        _model_index.note_managed(model)
         record._finalizer = weakref.finalize(model, owner.cleaner.enqueue, record.clean_up)
         record._finalizer.atexit = False
         # object.__setattr__: Keras's attribute tracking must not see bookkeeping.
@@ -202,7 +202,7 @@ class ModelRecord:
             # a step below fails, and a later dispose() retries the release.
             self.state = ModelState.DISPOSED
             self.name = model.name
-            _graveyard.bury(model)
+            _model_index.note_disposed(model)
             self._flush_dependents()
             leaves = _tf.model_leaves(model)
             per_device = _tf.release_by_device(leaves)
@@ -239,11 +239,11 @@ class ModelRecord:
 
     def _coordinate(self, model: keras.Model, timeout: float | None) -> None:
         """Under a multi-worker strategy, wait until every worker is disposing too."""
-        strategy = _tf.distribute.strategy_of(model)
-        if strategy is None or not _tf.distribute.needs_barrier(strategy):
+        strategy = _tf.strategies.strategy_of(model)
+        if strategy is None or not _tf.strategies.needs_barrier(strategy):
             return
         try:
-            _tf.distribute.barrier(strategy, timeout)
+            _tf.strategies.barrier(strategy, timeout)
         except Exception as error:  # a timeout, or a peer that is gone
             self.gate.reopen()
             self.state = ModelState.LIVE

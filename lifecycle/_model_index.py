@@ -15,12 +15,12 @@ import keras
 from . import _tf
 
 __all__ = [
-    "bury",
     "disposed_handles",
     "disposed_models",
     "disposed_variables",
     "managed_models",
-    "register",
+    "note_disposed",
+    "note_managed",
 ]
 
 # Reentrant: a weakref callback may run (in a collection) while this thread holds it.
@@ -45,13 +45,13 @@ def _remember(table: dict[int, weakref.ref[Any]], obj: Any) -> None:
     table[key] = ref
 
 
-def register(model: keras.Model) -> None:
+def note_managed(model: keras.Model) -> None:
     """Remember ``model`` as managed (called when it comes under management)."""
     with _lock:
         _remember(_managed, model)
 
 
-def bury(model: keras.Model) -> None:
+def note_disposed(model: keras.Model) -> None:
     """Remember ``model`` and its variables as disposed (called by ``dispose()``)."""
     variables = list(_tf.keras_variables(model))
     handles = [leaf.handle for variable in variables for leaf in _tf.leaves(variable)]
