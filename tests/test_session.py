@@ -149,6 +149,28 @@ def test_a_shared_layer_survives_the_cleanup_of_a_dropped_model():
     assert keeper.predict_on_batch(X).shape == (32, 4)  # buffers untouched
 
 
+def test_a_cleanup_counts_only_the_buffers_it_frees():
+    settle_default_session()
+    with lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE) as session:
+        model = trained(name="partly_kept")
+        owned = model.owned_bytes
+        kept = model.layers[1].kernel  # 8 x 16 float32: 512 bytes, referenced here
+        values = kept.numpy()
+        kept_handle = weakref.ref(kept.value.handle)
+        freed_handle = weakref.ref(model.layers[2].kernel.value.handle)
+        model_ref = weakref.ref(model)
+        before = lc.statistics().bytes_released
+        del model
+        collect_until(lambda: model_ref() is None)
+        message = rf"cleaned up {owned - 512} of its {owned} bytes of buffers \(512 stay with"
+        with pytest.warns(ResourceWarning, match=message):
+            session.close()
+    assert lc.statistics().bytes_released - before == owned - 512
+    collect_until(lambda: freed_handle() is None)
+    assert kept_handle() is not None
+    np.testing.assert_array_equal(kept.numpy(), values)  # left alone, not overwritten
+
+
 # --- byte pressure -----------------------------------------------------------------
 
 
