@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import lifecycle as lc
+
 ROOT = Path(__file__).resolve().parent.parent
 
 EXPECTED = {
@@ -68,6 +70,34 @@ CLAIMS: dict[str, Callable[[str], None]] = {
     "serving.py": every_client_was_refused_after_dispose,
     "hot_swap_serving.py": no_request_failed,
 }
+
+
+def readme_snippet() -> str:
+    """The README's first fenced Python block."""
+    found = re.search(r"^```python\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
+    assert found, "README.md has no ```python block"
+    return found[1]
+
+
+def test_the_readmes_first_snippet_runs_as_printed(capsys):
+    code = readme_snippet()
+    last = code.rstrip().splitlines()[-1]
+    assert last.startswith("model.predict(x)") and "raises lc.DisposedError" in last
+    namespace: dict[str, object] = {"__name__": "readme"}
+    # Everything runs; the last line raises the error it promises, as the comment says.
+    with pytest.raises(lc.DisposedError, match="has been disposed"):
+        exec(compile(code, "README.md", "exec"), namespace)
+    report = namespace["report"]
+    assert isinstance(report, lc.DisposeReport)
+    # Two Dense layers' weights, and Adam's two slots for each.
+    weights = 784 * 1024 + 1024 + 1024 * 10 + 10
+    assert report.bytes_released >= 3 * weights * 4
+    assert f"{report.bytes_released} " in capsys.readouterr().out
+
+
+def test_the_readme_lists_every_example():
+    readme = (ROOT / "README.md").read_text()
+    assert [name for name in sorted(EXPECTED) if f"`{name}`" not in readme] == []
 
 
 def test_every_example_is_covered():
