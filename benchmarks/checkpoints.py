@@ -23,7 +23,7 @@ not the disk.
 
 Run (from the repository root, with the package installed)::
 
-    python benchmarks/checkpoints.py                      # ~1 minute
+    python benchmarks/checkpoints.py                      # about 10 s
     python benchmarks/checkpoints.py --units 256 --repeats 1   # quick check
 """
 

@@ -66,8 +66,8 @@ the machine and one table, and exits non-zero if a child fails or times out.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/cleaner.py                                 # 15 s per variant
-    python benchmarks/cleaner.py --seconds 3 --variants naive,bg # quick check
+    python benchmarks/cleaner.py                                 # 15 s per variant, ~2.5 min
+    python benchmarks/cleaner.py --seconds 3 --variants naive,bg # quick check, ~30 s
     python benchmarks/cleaner.py --churn-units 1024 --timeout 300
 """
 

@@ -55,8 +55,8 @@ if a child fails or times out.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/hot_swap.py                          # 40 s per variant, ~2.5 min
-    python benchmarks/hot_swap.py --seconds 3 --units 256  # quick check, < 90 s
+    python benchmarks/hot_swap.py            # 40 s per variant (and 100 swaps), ~6 min
+    python benchmarks/hot_swap.py --seconds 3 --units 256 --min-swaps 3  # quick, ~45 s
     python benchmarks/hot_swap.py --variants registry,swaps --threads 8
 """
 

@@ -29,7 +29,7 @@ fails or times out.
 Run (from the repository root, with the package and psutil installed)::
 
     python benchmarks/loop_training.py                         # 2.6M-param MLP, 30 cycles
-    python benchmarks/loop_training.py --cycles 8 --units 512  # quick (`make demo`)
+    python benchmarks/loop_training.py --cycles 8 --units 512  # quick look, no slope
     python benchmarks/loop_training.py --variants a,c --timeout 300
 """
 

@@ -19,8 +19,7 @@ import attrs
 import keras
 
 from . import _model_index, _tf
-from ._core import PROCESS, CallGate, ModelState, check_timeout
-from ._core._cleaner import warn_from_finalizer
+from ._core import PROCESS, CallGate, ModelState, check_timeout, warn_from_finalizer
 from .errors import (
     CoordinationError,
     DisposedError,
@@ -117,11 +116,14 @@ class ModelRecord:
     keepers: dict[str, CheckpointKeeper] = attrs.field(factory=dict, init=False)
     # Guards keepers.
     keepers_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    # Weak references to the handle tensors of the model's buffers, with their
-    # sizes, as of the last refresh. Weak: the record must never keep buffers
-    # (or the model) alive; a dropped model's pinned handles stay reachable
-    # through the gradient registry, which is exactly what gets purged.
-    handles: list[tuple[weakref.ref[Any], int]] = attrs.field(factory=list, init=False)
+    # Weak references to the handle tensors of the model's buffers and to the
+    # variables holding them, with their sizes, as of the last refresh. Weak:
+    # the record must never keep buffers (or the model) alive; a dropped model's
+    # pinned handles stay reachable through the gradient registry, which is
+    # exactly what gets purged, while a variable still alive is held elsewhere.
+    handles: list[tuple[weakref.ref[Any], weakref.ref[Any], int]] = attrs.field(
+        factory=list, init=False
+    )
     accounted_bytes: int = attrs.field(default=0, init=False)
     # Guards handles and accounted_bytes against concurrent refreshes.
     accounting_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
@@ -159,7 +161,7 @@ class ModelRecord:
         total = 0
         for leaf in _tf.model_leaves(model):
             nbytes = _tf.leaf_nbytes(leaf)
-            handles.append((weakref.ref(leaf.handle), nbytes))
+            handles.append((weakref.ref(leaf.handle), weakref.ref(leaf), nbytes))
             total += nbytes
         with self.accounting_lock:
             self.handles = handles
@@ -280,20 +282,24 @@ class ModelRecord:
 
         The model is gone, so nothing can be calling it. Its buffers are held
         only by the gradient-registry entries that captured their handles, and
-        by whoever else still references them (a layer shared with a live
-        model, a stray variable): purging the entries frees the former and
-        leaves the latter alone, as Python would.
+        by whoever else still references their variables (a layer shared with
+        a live model, a stray variable): purging the entries frees the former
+        and leaves the latter alone, as Python would. The bytes released are
+        those of buffers whose variables are gone (freed by the collection that
+        found the model, or by the purge); the others are not counted.
         """
         with self.dispose_lock:
             if self.state is not ModelState.LIVE:
                 return
             self.state = ModelState.DISPOSED
             started = time.perf_counter()
-            alive = [(handle, n) for ref, n in self.handles if (handle := ref()) is not None]
-            self.handles = []
-            purged = _tf.purge_gradient_registry(handle for handle, _ in alive)
-            released = sum(n for _, n in alive)
+            alive = [handle for ref, _, _ in self.handles if (handle := ref()) is not None]
+            purged = _tf.purge_gradient_registry(alive)
             del alive
+            # A buffer whose variable is gone is freed (or will be, with the
+            # purged graphs); one whose variable lives is someone else's now.
+            released = sum(n for _, variable, n in self.handles if variable() is None)
+            self.handles = []
             self._forget(cleaned=True)
             owned = self._account_release(released)
             self.report = DisposeReport(
@@ -307,13 +313,19 @@ class ModelRecord:
             )
             self.owner.cleaner.note_released(released)
         if owned:
+            cleaned = (
+                f"its {owned} bytes of buffers"
+                if released == owned
+                else f"{released} of its {owned} bytes of buffers ({owned - released} stay "
+                "with variables still referenced elsewhere, such as a layer shared with a "
+                "live model)"
+            )
             # Like an unclosed file's: under -W error it reaches sys.unraisablehook,
             # not the cleaner (the clean-up above is done either way).
             warn_from_finalizer(
                 f"{self.describe()} was garbage-collected without dispose(); session "
-                f"{self.owner.name!r} cleaned up its {owned} bytes of "
-                "buffers. Call model.dispose() or use `with model:` to release them "
-                "deterministically.",
+                f"{self.owner.name!r} cleaned up {cleaned}. Call model.dispose() or use "
+                "`with model:` to release them deterministically.",
                 ResourceWarning,
             )
 

@@ -115,6 +115,13 @@ def _check_threshold(_: object, attribute: attrs.Attribute[Any], value: Any) -> 
     check_optional_int(value, attribute.name, minimum=1, what="a number of bytes")
 
 
+def _check_bool(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"`{attribute.name}` must be True or False. Received: {attribute.name}={value!r}"
+        )
+
+
 def _check_strategy(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, CleanupStrategy):
         members = ", ".join(f"CleanupStrategy.{m.name}" for m in CleanupStrategy)
@@ -141,10 +148,13 @@ class LifecycleSession:
         pressure_threshold: Buffer bytes allocated or released by the session's
             models after which the cleaner runs a garbage collection (the
             collector does not see these bytes by itself). ``None`` disables.
-        clear_session: Run ``keras.backend.clear_session()`` when the session
-            closes: ``None`` (default) only if no managed model is live anywhere
-            in the process, ``True`` always, ``False`` never. The closing
-            thread's dtype policy and name counters survive it.
+        clear_session: ``True`` runs ``keras.backend.clear_session()`` when the
+            session closes, even while managed models are live. It is
+            process-wide: it resets every thread's Keras state (dtype policy,
+            layer-name counters, name scopes, other settings), whatever models
+            the threads hold; only the closing thread gets its dtype policy,
+            counters and name scopes back. ``False`` (default): the close
+            leaves Keras's state alone.
         freeze_heap: On entering, collect once and ``gc.freeze()`` every
             surviving object, so later collections only scan objects created
             after the warm-up (imports, first traces). Process-wide; objects
@@ -172,7 +182,7 @@ class LifecycleSession:
     pressure_threshold: int | None = attrs.field(
         default=DEFAULT_PRESSURE_THRESHOLD, kw_only=True, validator=_check_threshold
     )
-    clear_session: bool | None = attrs.field(default=None, kw_only=True)
+    clear_session: bool = attrs.field(default=False, kw_only=True, validator=_check_bool)
     freeze_heap: bool = attrs.field(default=False, kw_only=True)
     close_timeout: float | None = attrs.field(
         default=30.0, kw_only=True, converter=lambda v: check_timeout(v, "close_timeout")
@@ -387,9 +397,9 @@ class LifecycleSession:
             self.parent._forget_child(self)
 
     def _maybe_clear_session(self) -> None:
-        if self.clear_session is False:
-            return
-        if self.clear_session is None and LIVE_MODELS.value > 0:
+        # Opt-in only: Keras's state is per thread, and clear_session() resets it
+        # for every thread, so no count of live models can tell that it is harmless.
+        if not self.clear_session:
             return
         _tf.clear_session_preserving_caller_state()
         with self._lock:

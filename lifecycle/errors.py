@@ -1,8 +1,12 @@
 """Exceptions raised by keras-lifecycle.
 
-Every exception derives from :class:`LifecycleError` and from the built-in that
-fits the mistake, so ``except RuntimeError`` keeps working for callers who do not
-know this library::
+Library-specific failures raise one of the exceptions below. Each derives from
+:class:`LifecycleError` and from the built-in that fits the mistake, so
+``except RuntimeError`` keeps working for callers who do not know this library.
+Arguments of the wrong type or out of range (a negative timeout, a threshold that
+is not an int) raise the plain built-in ``ValueError`` or ``TypeError``, as
+Python's own functions do, not a :class:`LifecycleError`; only ``manage()`` of
+something that is not a Keras model has its own :class:`NotAModelError`::
 
     LifecycleError(Exception)
     ├── DisposedError(RuntimeError)           use of a model after dispose()
@@ -37,7 +41,7 @@ __all__ = [
 
 
 class LifecycleError(Exception):
-    """Root of every exception raised by keras-lifecycle."""
+    """Root of the library-specific exceptions (bad arguments raise plain built-ins)."""
 
 
 class DisposedError(LifecycleError, RuntimeError):

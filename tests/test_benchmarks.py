@@ -1,4 +1,4 @@
-"""The benchmarks (the loop one is what `make demo` runs) work end to end, on tiny workloads."""
+"""The benchmarks (the loop one is what `make bench` runs) work end to end, on tiny workloads."""
 
 from __future__ import annotations
 

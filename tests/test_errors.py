@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 import lifecycle as lc
 from lifecycle import errors
 
@@ -21,6 +23,21 @@ def test_every_error_derives_from_the_root_and_a_builtin():
     assert set(expected) | {lc.LifecycleError} == {getattr(errors, name) for name in errors.__all__}
     for error, builtin in expected.items():
         assert issubclass(error, lc.LifecycleError) and issubclass(error, builtin)
+
+
+@pytest.mark.parametrize(
+    ("call", "builtin"),
+    [
+        (lambda: lc.LifecycleSession(close_timeout=-1), ValueError),
+        (lambda: lc.LifecycleSession(cleanup="in_background"), TypeError),
+        (lambda: lc.ModelRegistry(loader_gil_share=2), ValueError),
+    ],
+)
+def test_bad_arguments_raise_plain_builtins_as_the_module_says(call, builtin):
+    with pytest.raises(builtin) as caught:
+        call()
+    assert type(caught.value) is builtin and not isinstance(caught.value, lc.LifecycleError)
+    assert "plain built-in ``ValueError`` or ``TypeError``" in " ".join(errors.__doc__.split())
 
 
 def test_drain_timeout_error_carries_the_count():

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+import lifecycle as lc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +32,74 @@ ARGS = {
 }
 
 
+def line_matching(pattern: str, out: str) -> re.Match[str]:
+    """The match of ``pattern`` on one line of ``out``; fails the test if no line matches."""
+    found = re.search(pattern, out, re.MULTILINE)
+    assert found, f"no line matches {pattern!r} in:\n{out}"
+    return found
+
+
+def user_7_sticks_and_the_split_is_90_10(out: str) -> None:
+    # The example's claim: a keyed user sees the same version on every request.
+    sticky = line_matching(r"^user-7 sticks to v(\d): (True|False)$", out)
+    assert sticky[1] in {"1", "2"} and sticky[2] == "True", sticky[0]
+    share = line_matching(r"^canary share: ([\d.]+)% of 1000 users$", out)
+    assert 5.0 <= float(share[1]) <= 15.0, share[0]
+
+
+def every_client_was_refused_after_dispose(out: str) -> None:
+    # serving.py runs 8 clients that call until they are refused: each must
+    # have been refused (a DisposedError), none may have crashed or hung.
+    found = line_matching(
+        r"^served (\d+) calls; (\d+) clients were refused after dispose; "
+        r"drained in [\d.]+ ms, released (\d+) bytes$",
+        out,
+    )
+    served, refused, released = (int(found[i]) for i in (1, 2, 3))
+    assert served >= 200 and refused == 8, found[0]
+    assert released == (16 * 4 + 4) * 4, found[0]  # Dense(4) on 16 inputs, float32
+
+
+def no_request_failed(out: str) -> None:
+    line_matching(r"; failed: 0$", out)
+
+
+# What an example's output must show beyond its fragment in EXPECTED.
+CLAIMS: dict[str, Callable[[str], None]] = {
+    "ab_loading.py": user_7_sticks_and_the_split_is_90_10,
+    "serving.py": every_client_was_refused_after_dispose,
+    "hot_swap_serving.py": no_request_failed,
+}
+
+
+def readme_snippet() -> str:
+    """The README's first fenced Python block."""
+    found = re.search(r"^```python\n(.*?)^```$", (ROOT / "README.md").read_text(), re.M | re.S)
+    assert found, "README.md has no ```python block"
+    return found[1]
+
+
+def test_the_readmes_first_snippet_runs_as_printed(capsys):
+    code = readme_snippet()
+    last = code.rstrip().splitlines()[-1]
+    assert last.startswith("model.predict(x)") and "raises lc.DisposedError" in last
+    namespace: dict[str, object] = {"__name__": "readme"}
+    # Everything runs; the last line raises the error it promises, as the comment says.
+    with pytest.raises(lc.DisposedError, match="has been disposed"):
+        exec(compile(code, "README.md", "exec"), namespace)
+    report = namespace["report"]
+    assert isinstance(report, lc.DisposeReport)
+    # Two Dense layers' weights, and Adam's two slots for each.
+    weights = 784 * 1024 + 1024 + 1024 * 10 + 10
+    assert report.bytes_released >= 3 * weights * 4
+    assert f"{report.bytes_released} " in capsys.readouterr().out
+
+
+def test_the_readme_lists_every_example():
+    readme = (ROOT / "README.md").read_text()
+    assert [name for name in sorted(EXPECTED) if f"`{name}`" not in readme] == []
+
+
 def test_every_example_is_covered():
     assert {path.name for path in (ROOT / "examples").glob("*.py")} == set(EXPECTED)
 
@@ -49,7 +121,23 @@ def test_example_runs(example, run_child):
         f"import runpy, sys; sys.argv = [{example!r}, *{ARGS.get(example, [])!r}]; "
         f"runpy.run_path({str(ROOT / 'examples' / example)!r}, run_name='__main__')"
     )
-    assert EXPECTED[example] in run_child(code, timeout=180)
+    out = run_child(code, timeout=180)
+    assert EXPECTED[example] in out
+    CLAIMS.get(example, lambda _: None)(out)
+
+
+def test_the_claims_fail_on_the_outputs_they_reject():
+    with pytest.raises(AssertionError, match="user-7 sticks to v1: False"):
+        user_7_sticks_and_the_split_is_90_10(
+            "canary share: 9.0% of 1000 users\nuser-7 sticks to v1: False\n"
+        )
+    with pytest.raises(AssertionError, match="0 clients were refused"):
+        every_client_was_refused_after_dispose(
+            "served 250 calls; 0 clients were refused after dispose; "
+            "drained in 1.6 ms, released 272 bytes\n"
+        )
+    with pytest.raises(AssertionError, match="no line matches"):
+        no_request_failed("requests per version: {1: 10}; failed: 3\n")
 
 
 @pytest.mark.subprocess

@@ -55,6 +55,21 @@ def test_nothing_planted_nothing_reported(app_cache):
     assert "no leaks" in str(lc.find_leaks())
 
 
+def test_a_report_iterates_over_its_leaks(app_cache):
+    for name in ("first", "second"):
+        model = make(name)
+        model.dispose()
+        app_cache.CACHE[name] = model
+    del model
+    report = lc.find_leaks()
+    assert sorted(leak.description for leak in report) == [
+        "ManagedModel 'first' (disposed)",
+        "ManagedModel 'second' (disposed)",
+    ]
+    assert list(report) == list(report.leaks) and len(report) == 2
+    assert list(lc.LeakReport()) == []
+
+
 def trace(model):
     """A concrete function of ``model``: its graph captures the model's variables."""
     import tensorflow as tf

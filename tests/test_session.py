@@ -12,6 +12,7 @@ import attrs
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import lifecycle as lc
 from lifecycle import _tf
@@ -146,6 +147,28 @@ def test_a_shared_layer_survives_the_cleanup_of_a_dropped_model():
             session.close()
     assert session.statistics().models_cleaned == 1
     assert keeper.predict_on_batch(X).shape == (32, 4)  # buffers untouched
+
+
+def test_a_cleanup_counts_only_the_buffers_it_frees():
+    settle_default_session()
+    with lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE) as session:
+        model = trained(name="partly_kept")
+        owned = model.owned_bytes
+        kept = model.layers[1].kernel  # 8 x 16 float32: 512 bytes, referenced here
+        values = kept.numpy()
+        kept_handle = weakref.ref(kept.value.handle)
+        freed_handle = weakref.ref(model.layers[2].kernel.value.handle)
+        model_ref = weakref.ref(model)
+        before = lc.statistics().bytes_released
+        del model
+        collect_until(lambda: model_ref() is None)
+        message = rf"cleaned up {owned - 512} of its {owned} bytes of buffers \(512 stay with"
+        with pytest.warns(ResourceWarning, match=message):
+            session.close()
+    assert lc.statistics().bytes_released - before == owned - 512
+    collect_until(lambda: freed_handle() is None)
+    assert kept_handle() is not None
+    np.testing.assert_array_equal(kept.numpy(), values)  # left alone, not overwritten
 
 
 # --- byte pressure -----------------------------------------------------------------
@@ -372,39 +395,129 @@ def test_cleanup_strategy_has_exactly_the_three_members():
 
 
 def settle_default_session():
-    # Models other tests dropped count as live until a cleaner has cleaned them.
+    # Models other tests dropped count as live until a cleaner has cleaned them;
+    # with none live, a close that clears Keras's state whenever no managed model
+    # lives would clear it here.
     collect_until(lambda: lc._session._root().cleaner.wait_idle(30))
     collect_until(lambda: lc.statistics().live_models == 0)
 
 
-def test_clear_session_at_close_keeps_dtype_policy_and_names():
-    settle_default_session()
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        with lc.LifecycleSession(name="clears") as session:
-            trained().dispose()
-            before = keras.layers.Dense(1).name
-        after = keras.layers.Dense(1).name
-        assert session.statistics().clear_sessions == 1
-        assert keras.config.dtype_policy().name == "mixed_float16"
-        assert int(after.rsplit("_", 1)[1]) == int(before.rsplit("_", 1)[1]) + 1
-    finally:
-        keras.config.set_dtype_policy("float32")
+def in_thread(function):
+    """Run ``function`` in a new thread; return its result or raise its exception."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["result"] = function()
+        except BaseException as error:  # re-raised in the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
 
 
-def test_clear_session_is_skipped_while_another_managed_model_lives():
-    live = trained()
-    with lc.LifecycleSession() as session:
+def close_a_session_that_trained_a_model(**options):
+    with lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE, **options) as closing:
         trained().dispose()
-    assert session.statistics().clear_sessions == 0
-    with lc.LifecycleSession(clear_session=True) as forced:
-        pass
-    assert forced.statistics().clear_sessions == 1
-    assert live.predict_on_batch(X).shape == (32, 2)
-    with lc.LifecycleSession(clear_session=False) as never:
-        pass
+        trained()  # left live: the close disposes it
+    return closing.statistics()
+
+
+@pytest.fixture
+def user_keras_state():
+    """A thread's own Keras settings, as a user sets them; restored afterwards."""
+    keras.config.set_dtype_policy("mixed_float16")
+    keras.config.disable_interactive_logging()
+    yield
+    keras.config.set_dtype_policy("float32")
+    keras.config.enable_interactive_logging()
+
+
+@pytest.mark.parametrize("closing_thread", ["same thread", "another thread"])
+def test_the_default_close_harms_no_unmanaged_model(closing_thread, user_keras_state):
+    settle_default_session()
+    inputs = keras.Input((8,))
+    plain = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(16)(inputs)))
+    plain.compile(optimizer="adam", loss="mse")
+    plain.fit(X, Y, batch_size=16, verbose=0)
+
+    @tf.function
+    def gradients(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(plain(x))
+        return tape.gradient(loss, plain.trainable_variables)
+
+    names = [layer.name for layer in plain.layers]
+    paths = [variable.path for variable in plain.weights]
+    predicted, on_batch = plain.predict(X, verbose=0), plain.predict_on_batch(X)
+    grads = [g.numpy() for g in gradients(X)]
+    traces = plain.predict_function.experimental_get_tracing_count()
+    assert gradients.experimental_get_tracing_count() == 1
+
+    if closing_thread == "same thread":
+        stats = close_a_session_that_trained_a_model()
+    else:
+        stats = in_thread(close_a_session_that_trained_a_model)
+
+    assert (stats.models_disposed, stats.clear_sessions) == (2, 0)
+    # This thread's settings: the dtype policy (a global of the thread) and logging.
+    assert keras.config.dtype_policy().name == "mixed_float16"
+    assert not keras.config.is_interactive_logging_enabled()
+    # Names: the model's own, and those of the next layers, which do not collide.
+    assert [layer.name for layer in plain.layers] == names
+    assert [variable.path for variable in plain.weights] == paths
+    later_inputs = keras.Input((8,))
+    later = keras.Model(later_inputs, keras.layers.Dense(2)(keras.layers.Dense(16)(later_inputs)))
+    assert not {layer.name for layer in later.layers} & set(names)
+    assert later.layers[1].compute_dtype == "float16"
+    # Traced functions run again without a retrace, with identical results.
+    np.testing.assert_array_equal(plain.predict(X, verbose=0), predicted)
+    np.testing.assert_array_equal(plain.predict_on_batch(X), on_batch)
+    for after, before in zip(gradients(X), grads, strict=True):
+        np.testing.assert_array_equal(after.numpy(), before)
+    assert plain.predict_function.experimental_get_tracing_count() == traces
+    assert gradients.experimental_get_tracing_count() == 1
+    history = plain.fit(X, Y, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_clear_session_true_resets_other_threads_and_keeps_the_closing_threads_state(
+    user_keras_state,
+):
+    before = keras.layers.Dense(1).name
+    # Closed in this thread: its policy, counters and name scopes survive.
+    with keras.name_scope("outer"):
+        stats = close_a_session_that_trained_a_model(clear_session=True)
+        scoped = keras.Variable(0.0, name="scoped")
+    after = keras.layers.Dense(1).name
+    assert stats.clear_sessions == 1
+    assert keras.config.dtype_policy().name == "mixed_float16"
+    assert int(after.rsplit("_", 1)[1]) > int(before.rsplit("_", 1)[1])
+    assert scoped.path == "outer/scoped"
+    # Closed in another thread: this thread's Keras state is reset, which is why
+    # the default never clears.
+    elsewhere = in_thread(lambda: close_a_session_that_trained_a_model(clear_session=True))
+    assert elsewhere.clear_sessions == 1
+    assert keras.config.dtype_policy().name == "float32"
+    assert keras.config.is_interactive_logging_enabled()
+    assert keras.layers.Dense(1).name == "dense"
+
+
+def test_clear_session_true_runs_while_a_managed_model_lives():
+    live = trained()
+    expected = live.predict_on_batch(X)
+    assert close_a_session_that_trained_a_model(clear_session=True).clear_sessions == 1
+    np.testing.assert_array_equal(live.predict_on_batch(X), expected)
     live.dispose()
-    assert never.statistics().clear_sessions == 0
+
+
+def test_clear_session_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"must be True or False\. Received: clear_session=None"):
+        lc.LifecycleSession(clear_session=None)
 
 
 # --- threads ----------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 
 import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 import lifecycle as lc
 
@@ -46,10 +48,40 @@ def test_statistics_snapshot_is_frozen_and_probes_memory():
     stats = lc.statistics(count_graphs=False)
     assert stats.live_traced_graphs is None
     assert stats.rss_bytes is not None and stats.rss_bytes > 50 * 2**20
-    assert stats.device_memory == ()  # no GPU on CPU-only machines
+    # One entry per GPU TensorFlow sees (none on a CPU-only machine).
+    gpus = tf.config.list_physical_devices("GPU")
+    assert [memory.device for memory in stats.device_memory] == [
+        f"/device:GPU:{index}" for index in range(len(gpus))
+    ]
+    for memory in stats.device_memory:
+        assert 0 <= memory.current_bytes <= memory.peak_bytes
     with pytest.raises(AttributeError):
         stats.live_models = 3  # type: ignore[misc]
-    assert lc.statistics().live_traced_graphs >= 0
+
+
+def traced_graphs():
+    gc.collect()
+    return lc.statistics().live_traced_graphs
+
+
+def test_live_traced_graphs_follow_a_models_traces_and_dispose():
+    # Other tests' dropped models are cleaned first, so that only this model's
+    # graphs come and go below.
+    gc.collect()
+    assert lc._session._root().cleaner.wait_idle(30)
+    before = traced_graphs()
+    model = small(8)
+    model.compile(optimizer="adam", loss="mse")
+    assert traced_graphs() == before  # nothing traced yet
+    model.fit(np.ones((32, 4), "float32"), np.ones((32, 8), "float32"), verbose=0)
+    trained = traced_graphs()
+    assert trained > before  # the train step, its gradient and optimizer graphs
+    model.predict_on_batch(np.ones((2, 4), "float32"))
+    assert traced_graphs() == trained + 1  # one predict function
+    model.dispose(collect=True)
+    assert traced_graphs() < trained
+    del model
+    assert traced_graphs() == before
 
 
 def test_collections_are_counted():

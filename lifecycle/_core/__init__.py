@@ -17,6 +17,7 @@ from ._cleaner import Cleaner as Cleaner
 from ._cleaner import CleanerStatistics as CleanerStatistics
 from ._cleaner import CleanupStrategy as CleanupStrategy
 from ._cleaner import all_cleaners as all_cleaners
+from ._cleaner import warn_from_finalizer as warn_from_finalizer
 from ._counters import LIVE_MODELS as LIVE_MODELS
 from ._counters import PROCESS as PROCESS
 from ._gate import CallGate as CallGate
@@ -63,4 +64,5 @@ __all__ = [
     "pick",
     "plan_eviction",
     "tune_allocator",
+    "warn_from_finalizer",
 ]

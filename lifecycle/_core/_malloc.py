@@ -68,10 +68,11 @@ def tune_allocator(
     collection end with ``malloc_trim(0)``. Elsewhere it changes nothing.
 
     Measured on the hot-swap benchmark (a served 18 MiB model swapped over 100
-    times): the process's RSS after the swaps drops from 1.16x to about 1.03x
-    of its one-model RSS; see ``docs/benchmarks.md``. For the rest, set
-    ``TF_ENABLE_ONEDNN_OPTS=0`` before TensorFlow is imported: oneDNN's CPU
-    allocator keeps freed blocks for reuse whatever glibc does.
+    times, ``TF_ENABLE_ONEDNN_OPTS=0``): the process's RSS once the swaps
+    drained went from 1.187x to 1.008x of its one-model RSS; see
+    ``docs/benchmarks.md``. Set ``TF_ENABLE_ONEDNN_OPTS=0`` before TensorFlow
+    is imported: oneDNN's CPU allocator keeps freed blocks for reuse whatever
+    glibc does (1.064x untuned, 1.060x tuned in the same benchmark with it).
 
     Args:
         mmap_threshold: Bytes from which an allocation gets its own mapping;

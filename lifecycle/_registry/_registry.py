@@ -71,7 +71,14 @@ class ModelRegistry:
             load's Python work may hold the GIL (0-1]: it pauses after each
             0.5 ms slice, so a request thread waiting for the GIL gets it at
             once instead of after the 5 ms switch interval. Loads take longer;
-            requests keep their latency. ``1.0`` (default): no pauses.
+            requests keep their latency. ``1.0`` (default): no pauses. The
+            pauses come from a profile hook (``sys.setprofile``) installed on
+            the loader thread only, for the length of each load: profilers of
+            other threads are untouched, but a ``sys.setprofile`` profiler of
+            the loader thread (one set with ``threading.setprofile``, say) is
+            replaced during loads, so loads do not show in it, and is put back
+            after each; a factory that sets its own profile function ends the
+            pauses for the rest of its load.
             With either option set, loads run on the loader thread, in the
             calling thread's dtype policy, device scope, ``tf.distribute``
             strategy and context variables; ``load()`` still returns when the

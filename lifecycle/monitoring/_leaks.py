@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -67,7 +67,7 @@ class Leak:
 
 @attrs.frozen
 class LeakReport:
-    """What :func:`find_leaks` found; falsy when nothing leaked.
+    """What :func:`find_leaks` found; falsy when nothing leaked, iterable over the leaks.
 
     Attributes:
         leaks: Each leaked object with its chain.
@@ -83,6 +83,9 @@ class LeakReport:
 
     def __len__(self) -> int:
         return len(self.leaks)
+
+    def __iter__(self) -> Iterator[Leak]:
+        return iter(self.leaks)
 
     def __str__(self) -> str:
         if not self.leaks:

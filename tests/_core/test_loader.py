@@ -85,6 +85,36 @@ def test_paced_work_pauses_only_while_busy_and_restores_the_profile_hook():
         loader.close()
 
 
+def test_a_users_profiler_of_the_loader_thread_is_replaced_during_paced_loads_only():
+    seen: list[str] = []
+
+    def profiler(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "step":
+            seen.append(threading.current_thread().name)
+
+    caller_profile = sys.getprofile()
+    busy = threading.Event()
+    busy.set()
+    threading.setprofile(profiler)  # for threads started from now on: the loader's
+    try:
+        loader = make(gil_share=0.5, busy=busy.is_set)
+        try:
+            assert loader.run(python_work) == 20_000
+            assert seen == [] and loader.pauses > 0  # the hook, not the profiler, ran
+            # Put back after the load, on the loader thread only.
+            assert loader._executor.submit(sys.getprofile).result() is profiler
+            assert sys.getprofile() is caller_profile
+            # Work that sets its own profile function is no longer paced.
+            pauses = loader.pauses
+            loader.run(lambda: (sys.setprofile(None), python_work()))
+            assert loader.pauses == pauses
+            assert loader._executor.submit(sys.getprofile).result() is profiler
+        finally:
+            loader.close()
+    finally:
+        threading.setprofile(None)
+
+
 def test_full_gil_share_never_pauses():
     loader = make(gil_share=1.0)
     try:
