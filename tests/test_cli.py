@@ -28,8 +28,21 @@ def test_help_lists_the_commands(app):
         assert command in result.output
 
 
-def test_version_runs_the_self_check(app):
+def test_version_prints_the_installed_versions(app):
+    import keras
+    import tensorflow as tf
+
+    import lifecycle as lc
+
     result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"keras-lifecycle {lc.__version__}, TensorFlow {tf.__version__}, Keras {keras.__version__}"
+    ]
+
+
+def test_version_runs_the_self_check(app):
+    result = runner.invoke(app, ["version", "--check"])
     assert result.exit_code == 0, result.output
     assert "TensorFlow 2." in result.output and "Keras 3." in result.output
     assert "ok  AssignVariableOp releases a buffer" in result.output
@@ -114,10 +127,51 @@ def test_missing_extras_print_the_pip_install(monkeypatch, capsys, app):
     assert 'pip install "keras-lifecycle[plot]"' in result.output
 
 
+def test_a_failed_self_check_prints_the_error_and_exits_1(app, monkeypatch):
+    import lifecycle as lc
+
+    def moved():
+        raise lc.CompatibilityError("the internal check 'X' failed")
+
+    monkeypatch.setattr(lc, "check_compatibility", moved)
+    result = runner.invoke(app, ["version", "--check"])
+    assert result.exit_code == 1
+    assert "self-check failed: the internal check 'X' failed" in result.output
+    assert "Traceback" not in result.output
+
+
+# Runs the command the way its console script does, then names the heavy
+# packages it imported.
+AS_INSTALLED = """
+import sys
+import lifecycle_cli
+sys.argv[0] = "lifecycle"
+try:
+    lifecycle_cli.main()
+finally:
+    print("imported:", [m for m in ("lifecycle", "tensorflow", "keras") if m in sys.modules])
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["version"], ["inspect", "--help"]])
+def test_help_and_version_do_not_import_tensorflow(args):
+    result = subprocess.run(
+        [sys.executable, "-c", AS_INSTALLED, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Usage: lifecycle" in result.stdout or "keras-lifecycle " in result.stdout
+    assert result.stdout.splitlines()[-1] == "imported: []"
+    assert result.stderr == ""
+
+
 def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
     # A fresh interpreter: TensorFlow prints its notices only when first imported.
     result = subprocess.run(
-        [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "version"],
+        [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "version", "--check"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -131,7 +185,7 @@ def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
 
 
 def test_the_notice_filter_keeps_warnings_errors_and_other_output():
-    from lifecycle_cli import _NOTICE
+    from lifecycle.cli._quiet import _NOTICE
 
     dropped = [
         "I0000 00:00:1796287763.806807   22228 port.cc:153] oneDNN custom operations are on.",

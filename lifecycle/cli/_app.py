@@ -51,16 +51,18 @@ def build_app() -> Any:
     require_cli()
     import typer
 
-    from . import _inspect, _soak, _version
+    from ._inspect import CONTEXT_SETTINGS, inspect
+    from ._soak import soak
+    from ._version import version
 
     app = typer.Typer(
         help="keras-lifecycle: watch Keras models give their memory back.",
         no_args_is_help=True,
         add_completion=False,
     )
-    app.command()(_soak.soak)
-    app.command(context_settings=_inspect.CONTEXT_SETTINGS)(_inspect.inspect)
-    app.command()(_version.version)
+    app.command()(soak)
+    app.command(context_settings=CONTEXT_SETTINGS)(inspect)
+    app.command()(version)
     return app
 
 

@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from ._app import console
+from ._quiet import import_library
 
 # Arguments after TARGET, options included, are the target's own.
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -29,6 +30,7 @@ def inspect(
     Arguments after TARGET are passed to it as sys.argv.
     """
     out = console()
+    lc = import_library()
     saved_argv = sys.argv
     sys.argv = [target, *ctx.args]
     failed = False
@@ -52,7 +54,7 @@ def inspect(
     table = Table(title=f"keras-lifecycle statistics after {target}")
     table.add_column("statistic")
     table.add_column("value", justify="right")
-    for name, value in statistics_rows():
+    for name, value in statistics_rows(lc):
         table.add_row(name, value)
     out.print(table)
     # The target's globals outlive its run as a module named after it, so
@@ -63,9 +65,7 @@ def inspect(
     saved_module = sys.modules.get(name)
     sys.modules[name] = held
     try:
-        from ..monitoring import find_leaks
-
-        report = find_leaks(include_live=True)
+        report = lc.find_leaks(include_live=True)
     except ImportError as error:
         out.print(f"leak report skipped: {error}", markup=False)
     else:
@@ -80,10 +80,15 @@ def inspect(
         raise typer.Exit(1)
 
 
-def statistics_rows() -> list[tuple[str, str]]:
-    """``lc.statistics()`` as (name, value) rows for a table."""
-    import lifecycle as lc
+def statistics_rows(lc: types.ModuleType) -> list[tuple[str, str]]:
+    """``lc.statistics()`` as (name, value) rows for a table.
 
+    Args:
+        lc: The ``lifecycle`` package.
+
+    Returns:
+        One (name, value) row per statistic, and one per device.
+    """
     stats = lc.statistics()
     rows = [
         ("live models", f"{stats.live_models}"),

@@ -19,11 +19,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from . import _soak_worker as worker
 from ._app import MissingExtraError, console
 from ._plot import plot_soak, require_matplotlib
+from ._quiet import import_library
+from ._soak_worker import VARIANTS, weights_mib
 
 MiB = 2**20
+WORKER = "lifecycle.cli._soak_worker"
 
 
 def soak(
@@ -38,10 +40,8 @@ def soak(
     (a) del model; (b) del model + keras.backend.clear_session() + gc.collect();
     (c) a ManagedModel and dispose(). Each variant runs in its own process.
     """
-    from ..monitoring._trend import fit
-
     chosen = [v.strip() for v in variants.split(",") if v.strip()]
-    unknown = sorted(set(chosen) - set(worker.VARIANTS))
+    unknown = sorted(set(chosen) - set(VARIANTS))
     if unknown or not chosen:
         raise typer.BadParameter(f"unknown variants {unknown}; choose from a,b,c")
     if plot is not None:
@@ -50,11 +50,15 @@ def soak(
         except MissingExtraError as error:
             raise typer.BadParameter(str(error)) from error
     out = console()
-    model_mib = worker.weights_mib(units)
+    model_mib = weights_mib(units)
     out.print(
         f"Soak: MLP 784-{units}-{units}-10 + Adam ({model_mib:.1f} MiB of weights and "
         f"slots), {cycles} cycles per variant, variants side by side"
     )
+    # Only for the trend fit: the children train, this process reads their samples.
+    import_library()
+    from ..monitoring._trend import fit
+
     with Progress(
         TextColumn("{task.description:<32}"),
         BarColumn(),
@@ -62,7 +66,7 @@ def soak(
         TextColumn("{task.fields[rss]}"),
         console=out,
     ) as progress:
-        tasks = {v: progress.add_task(worker.VARIANTS[v], total=cycles, rss="") for v in chosen}
+        tasks = {v: progress.add_task(VARIANTS[v], total=cycles, rss="") for v in chosen}
 
         def on_cycle(variant: str, sample: dict[str, Any]) -> None:
             progress.update(tasks[variant], advance=1, rss=f"RSS {sample['rss_mib']:.0f} MiB")
@@ -86,9 +90,7 @@ def soak(
         result = results[variant]
         if result["error"] is not None or len(result["rss"]) < 3:
             failed = True
-            table.add_row(
-                worker.VARIANTS[variant], "FAILED", "-", str(result["error"]), "-", "-", "-"
-            )
+            table.add_row(VARIANTS[variant], "FAILED", "-", str(result["error"]), "-", "-", "-")
             continue
         trend = fit(
             [r * MiB for r in result["rss"][warmup:]],
@@ -96,7 +98,7 @@ def soak(
             tolerance=0.25 * model_mib * MiB,
         )
         table.add_row(
-            worker.VARIANTS[variant],
+            VARIANTS[variant],
             f"{trend.slope / MiB:+.2f}",
             f"{trend.low / MiB:+.2f} to {trend.high / MiB:+.2f}",
             trend.verdict,
@@ -110,7 +112,7 @@ def soak(
         "MiB/cycle (a quarter of one model)"
     )
     if plot is not None:
-        plot_soak(results, worker.VARIANTS, plot)
+        plot_soak(results, VARIANTS, plot)
         out.print(f"chart: {plot}")
     if failed:
         raise typer.Exit(1)
@@ -122,7 +124,7 @@ def run_soak(
     """Run the soak variants side by side, each in its own process.
 
     Args:
-        variants: Variant keys of :mod:`._soak_worker` (``a``, ``b``, ``c``).
+        variants: Variant keys of :data:`VARIANTS` (``a``, ``b``, ``c``).
         cycles: Cycles per variant.
         units: Hidden width of the MLP.
         timeout: Seconds for all of them.
@@ -135,7 +137,7 @@ def run_soak(
     processes = {
         variant: subprocess.Popen(
             [
-                *(sys.executable, "-m", worker.__name__, "--variant", variant),
+                *(sys.executable, "-m", WORKER, "--variant", variant),
                 *("--cycles", str(cycles), "--units", str(units)),
             ],
             stdout=subprocess.PIPE,
