@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -153,6 +154,7 @@ finally:
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("args", [["--help"], ["version"], ["inspect", "--help"]])
 def test_help_and_version_do_not_import_tensorflow(args):
     result = subprocess.run(
@@ -168,20 +170,51 @@ def test_help_and_version_do_not_import_tensorflow(args):
     assert result.stderr == ""
 
 
+# TensorFlow as a script would meet it: imported, then its devices listed.
+RAW_TENSORFLOW = """
+import tensorflow as tf
+print(tf.test.is_built_with_cuda())
+tf.config.list_physical_devices()
+"""
+
+
+@pytest.mark.subprocess
 def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
-    # A fresh interpreter: TensorFlow prints its notices only when first imported.
+    from lifecycle.cli._quiet import gpu_present
+
+    # Fresh interpreters: TensorFlow prints its notices only when first imported.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    raw = subprocess.run(
+        [sys.executable, "-c", RAW_TENSORFLOW],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert raw.returncode == 0, raw.stderr
+    # The noise is there without the filter...
+    assert "oneDNN custom operations" in raw.stderr
+    assert "absl::InitializeLog" in raw.stderr
+    no_gpu_noise = raw.stdout.strip() == "True" and not gpu_present()
+    if no_gpu_noise:  # a CUDA build on a host without a GPU, as on CPU-only CI
+        assert "failed call to cuInit" in raw.stderr
     result = subprocess.run(
         [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "version", "--check"],
         capture_output=True,
         text=True,
         timeout=240,
         cwd=ROOT,
+        env=env,
     )
+    # ...and gone with it.
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("keras-lifecycle ")
+    assert "ok  AssignVariableOp releases a buffer" in result.stdout
     assert "oneDNN custom operations" not in result.stderr
     assert "absl::InitializeLog" not in result.stderr
     assert not re.search(r"^I\d{4} ", result.stderr, re.MULTILINE), result.stderr
+    if no_gpu_noise:
+        assert "cuInit" not in result.stderr, result.stderr
 
 
 def test_the_notice_filter_keeps_warnings_errors_and_other_output():
@@ -201,3 +234,56 @@ def test_the_notice_filter_keeps_warnings_errors_and_other_output():
     ]
     assert all(_NOTICE.match(line) for line in dropped)
     assert not any(_NOTICE.match(line) for line in kept)
+
+
+CUINIT = (
+    "E0000 00:00:1796308099.331893    6726 cuda_platform.cc:52] failed call to cuInit: "
+    "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)"
+)
+
+
+def test_the_noise_filter_drops_cuda_registration_and_cuinit_without_a_gpu():
+    from lifecycle.cli._quiet import is_noise
+
+    always = [
+        "E0000 00:00:1751448150.986970   10148 cuda_dnn.cc:8579] Unable to register cuDNN "
+        "factory: Attempting to register factory for plugin cuDNN when one has already been "
+        "registered",
+        "E0000 00:00:1751448150.991431   10148 cuda_blas.cc:1407] Unable to register cuBLAS "
+        "factory: Attempting to register factory for plugin cuBLAS when one has already been "
+        "registered",
+        "2025-07-02 09:22:30.972636: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:"
+        "467] Unable to register cuFFT factory: Attempting to register factory for plugin cuFFT "
+        "when one has already been registered",
+        "W0000 00:00:1751448151.003754   10148 computation_placer.cc:177] computation placer "
+        "already registered. Please check linkage and avoid linking the same target more than "
+        "once.",
+        "2025-02-09 09:37:32.343117: I tensorflow/core/platform/cpu_feature_guard.cc:182] This "
+        "TensorFlow binary is optimized to use available CPU instructions.",
+    ]
+    real = [
+        "E0000 00:00:1796308099.3 6726 cuda_dnn.cc:1] Could not create cudnn handle: "
+        "CUDNN_STATUS_INTERNAL_ERROR",
+        "W0000 00:00:1796308099.3 6726 bfc_allocator.cc:1] Allocator ran out of memory",
+        "2025-07-02 09:22:30.972636: E tensorflow/core/a.cc:1] Could not load dynamic library "
+        "'libcudnn.so.9'",
+        "Unable to register cuDNN factory: not a TensorFlow log line",
+    ]
+    for gpu in (False, True):
+        assert all(is_noise(line, gpu=gpu) for line in always), gpu
+        assert not any(is_noise(line, gpu=gpu) for line in real), gpu
+    assert is_noise(CUINIT, gpu=False)
+    assert not is_noise(CUINIT, gpu=True)  # with a GPU, a failed cuInit is a broken driver
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_filtered_stderr_writes_back_all_but_the_noise(monkeypatch, capfd, gpu):
+    from lifecycle.cli import _quiet
+
+    monkeypatch.setattr(_quiet, "gpu_present", lambda: gpu)
+    noise = "I0000 00:00:1796287763.806807   22228 port.cc:153] oneDNN custom operations are on."
+    real = "W0000 00:00:1796287763.806807   22228 some.cc:1] a real warning"
+    with _quiet.filtered_stderr():
+        os.write(2, f"{noise}\n{CUINIT}\n{real}\n".encode())
+    err = capfd.readouterr().err
+    assert err.splitlines() == [*([CUINIT] if gpu else []), real]
