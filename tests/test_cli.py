@@ -70,6 +70,50 @@ def test_soak_prints_the_table_and_writes_a_png(app, tmp_path):
     assert image.shape[0] > 100 and image.shape[1] > 100
 
 
+def fake_soak(rss_per_variant):
+    """A stand-in for run_soak that reports the given RSS samples (MiB) at once."""
+
+    def run_soak(variants, cycles, units, timeout, on_cycle):
+        return {
+            v: {"rss": rss_per_variant[v], "seconds": [0.5] * cycles, "error": None}
+            for v in variants
+        }
+
+    return run_soak
+
+
+def test_soak_at_its_minimum_of_3_cycles_fits_all_three(app, monkeypatch):
+    from lifecycle.cli import _soak
+
+    monkeypatch.setattr(
+        _soak, "run_soak", fake_soak({"a": [600.0, 630.0, 660.0], "c": [600.0, 600.0, 600.5]})
+    )
+    result = runner.invoke(app, ["soak", "--cycles", "3", "--variants", "a,c"])
+    assert result.exit_code == 0, result.output
+    assert "after 0 warm-up cycles" in result.output
+    rows = {row.split("│")[1].strip(): row for row in result.output.splitlines() if "│ (" in row}
+    assert "+30.00" in rows["(a) del model"] and "leaking" in rows["(a) del model"]
+    assert "+0.25" in rows["(c) ManagedModel.dispose()"]
+
+
+def test_soak_fails_a_variant_that_reported_too_few_cycles(app, monkeypatch):
+    from lifecycle.cli import _soak
+
+    monkeypatch.setattr(_soak, "run_soak", fake_soak({"c": [600.0, 600.0]}))
+    result = runner.invoke(app, ["soak", "--cycles", "3", "--variants", "c"])
+    assert result.exit_code == 1
+    assert "FAILED" in result.output and "2 of 3 cycles reported" in result.output
+
+
+@pytest.mark.subprocess
+def test_soak_runs_its_minimum_of_3_cycles(app):
+    result = runner.invoke(app, ["soak", "--cycles", "3", "--units", "32", "--variants", "c"])
+    assert result.exit_code == 0, result.output
+    (row,) = [line for line in result.output.splitlines() if line.startswith("│ (")]
+    assert row.split("│")[1].strip() == "(c) ManagedModel.dispose()"
+    assert row.split("│")[4].strip() in ("flat", "leaking")
+
+
 def test_soak_rejects_unknown_variants(app):
     result = runner.invoke(app, ["soak", "--variants", "a,z"])
     assert result.exit_code != 0 and "unknown variants" in result.output

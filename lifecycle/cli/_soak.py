@@ -72,8 +72,13 @@ def soak(
             progress.update(tasks[variant], advance=1, rss=f"RSS {sample['rss_mib']:.0f} MiB")
 
         results = run_soak(chosen, cycles, units, timeout, on_cycle)
-    warmup = max(1, cycles // 5)
-    table = Table(title="Memory per cycle (least-squares slope after the warm-up)")
+    # A fifth of the cycles settle caches and the allocator, as long as the 3 samples
+    # a trend needs are left: none at the minimum of 3 cycles.
+    warmup = min(max(1, cycles // 5), cycles - 3)
+    table = Table(
+        title=f"Memory per cycle (least-squares slope after {warmup} warm-up "
+        f"{'cycle' if warmup == 1 else 'cycles'})"
+    )
     for column in (
         "variant",
         "MiB/cycle",
@@ -88,9 +93,10 @@ def soak(
     failed = False
     for variant in chosen:
         result = results[variant]
-        if result["error"] is not None or len(result["rss"]) < 3:
+        if result["error"] is not None or len(result["rss"]) < cycles:
             failed = True
-            table.add_row(VARIANTS[variant], "FAILED", "-", str(result["error"]), "-", "-", "-")
+            reason = result["error"] or f"{len(result['rss'])} of {cycles} cycles reported"
+            table.add_row(VARIANTS[variant], "FAILED", "-", reason, "-", "-", "-")
             continue
         trend = fit(
             [r * MiB for r in result["rss"][warmup:]],
