@@ -114,6 +114,25 @@ def test_soak_runs_its_minimum_of_3_cycles(app):
     assert row.split("│")[4].strip() in ("flat", "leaking")
 
 
+def refuse_to_soak(variants, cycles, units, timeout, on_cycle):
+    raise AssertionError("the soak ran before its arguments were checked")
+
+
+def test_soak_checks_the_plot_directory_before_it_starts(app, monkeypatch, tmp_path):
+    from lifecycle.cli import _soak
+
+    monkeypatch.setattr(_soak, "run_soak", refuse_to_soak)
+    monkeypatch.chdir(tmp_path)  # short paths: the error box does not wrap them
+    result = runner.invoke(app, ["soak", "--plot", "no/such/soak.png"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--plot': no such directory: no/such" in result.output
+    assert "Traceback" not in result.output and "Soak:" not in result.output
+    (tmp_path / "charts").mkdir()
+    result = runner.invoke(app, ["soak", "--plot", "charts"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--plot': charts is a directory, not a file" in result.output
+
+
 def test_soak_rejects_unknown_variants(app):
     result = runner.invoke(app, ["soak", "--variants", "a,z"])
     assert result.exit_code != 0 and "unknown variants" in result.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from ._app import MissingExtraError
@@ -24,6 +26,26 @@ def require_matplotlib() -> Any:
     except ImportError as error:
         raise MissingExtraError(f"--plot needs matplotlib: {PLOT_INSTALL}") from error
     return plt
+
+
+def path_problem(path: str) -> str | None:
+    """Why a chart could not be written at ``path``, checked before the soak runs.
+
+    Args:
+        path: The ``--plot`` argument.
+
+    Returns:
+        A one-line reason, or ``None`` if the file can be written.
+    """
+    target = Path(path)
+    if target.is_dir():
+        return f"{path} is a directory, not a file"
+    directory = target.parent
+    if not directory.is_dir():
+        return f"no such directory: {directory}"
+    if not os.access(directory, os.W_OK):
+        return f"cannot write to directory: {directory}"
+    return None
 
 
 def plot_soak(results: dict[str, dict[str, Any]], labels: dict[str, str], path: str) -> None:

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from ._app import MissingExtraError, console
-from ._plot import plot_soak, require_matplotlib
+from ._plot import path_problem, plot_soak, require_matplotlib
 from ._quiet import import_library
 from ._soak_worker import VARIANTS, weights_mib
 
@@ -49,6 +49,9 @@ def soak(
             require_matplotlib()
         except MissingExtraError as error:
             raise typer.BadParameter(str(error)) from error
+        problem = path_problem(plot)
+        if problem is not None:
+            raise typer.BadParameter(problem, param_hint="'--plot'")
     out = console()
     model_mib = weights_mib(units)
     out.print(
