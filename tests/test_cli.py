@@ -178,6 +178,30 @@ def test_inspect_a_missing_file(app):
     assert result.exit_code != 0 and "no such file" in result.output
 
 
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_such_module_here", "no such module: no_such_module_here"),
+        ("no_such_package.sub", "no such module: no_such_package.sub"),
+        ("json", "json is a package with no __main__; name one of its modules"),
+    ],
+)
+def test_inspect_a_module_that_cannot_run(app, target, message):
+    result = runner.invoke(app, ["inspect", "-m", target])
+    assert result.exit_code == 2
+    assert f"Invalid value: {message}" in result.output
+    assert "Traceback" not in result.output and "statistics" not in result.output
+
+
+def test_inspect_runs_a_module(app, tmp_path, monkeypatch):
+    (tmp_path / "inspected_module.py").write_text(CLEAN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = runner.invoke(app, ["inspect", "-m", "inspected_module"])
+    assert "script ran" in result.output
+    # The script's global `model` still holds the (disposed) model.
+    assert "module inspected_module → .model → ManagedModel 'inspected'" in result.output
+
+
 def test_missing_extras_print_the_pip_install(monkeypatch, capsys, app):
     monkeypatch.setitem(sys.modules, "typer", None)
     with pytest.raises(SystemExit) as exited:

@@ -2,6 +2,7 @@
 
 # No `from __future__ import annotations`: typer reads the command's annotations
 # at run time.
+import importlib.util
 import os
 import runpy
 import sys
@@ -29,6 +30,9 @@ def inspect(
 
     Arguments after TARGET are passed to it as sys.argv.
     """
+    problem = module_problem(target) if module else file_problem(target)
+    if problem is not None:
+        raise typer.BadParameter(problem)
     out = console()
     lc = import_library()
     saved_argv = sys.argv
@@ -39,13 +43,9 @@ def inspect(
         if module:
             namespace = runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            if not os.path.isfile(target):
-                raise typer.BadParameter(f"no such file: {target}")
             namespace = runpy.run_path(target, run_name="__main__")
     except SystemExit as exit_:
         failed = exit_.code not in (None, 0)
-    except typer.BadParameter:
-        raise
     except Exception:
         failed = True
         out.print(traceback.format_exc(), markup=False)
@@ -78,6 +78,28 @@ def inspect(
             sys.modules[name] = saved_module
     if failed:
         raise typer.Exit(1)
+
+
+def file_problem(path: str) -> str | None:
+    """Why ``python path`` could not start, or ``None``."""
+    return None if os.path.isfile(path) else f"no such file: {path}"
+
+
+def module_problem(name: str) -> str | None:
+    """Why ``python -m name`` could not start, or ``None``.
+
+    Finding a submodule imports its parent packages, as running it would.
+    """
+    try:
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            return f"no such module: {name}"
+        package = spec.submodule_search_locations is not None
+        if package and importlib.util.find_spec(f"{name}.__main__") is None:
+            return f"{name} is a package with no __main__; name one of its modules"
+    except (ImportError, ValueError):  # a parent package is missing, or the name is malformed
+        return f"no such module: {name}"
+    return None
 
 
 def statistics_rows(lc: types.ModuleType) -> list[tuple[str, str]]:
