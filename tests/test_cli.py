@@ -29,6 +29,18 @@ def test_help_lists_the_commands(app):
         assert command in result.output
 
 
+def test_help_names_the_inspect_target_in_capitals(app):
+    result = runner.invoke(app, ["inspect", "--help"])
+    assert result.exit_code == 0
+    assert "inspect [OPTIONS] TARGET [ARGS]..." in result.output
+    assert "{target}" not in result.output and "{TARGET}" not in result.output
+    assert "│ *    TARGET " in result.output
+    result = runner.invoke(app, ["inspect"])
+    assert result.exit_code == 2
+    assert "inspect [OPTIONS] TARGET [ARGS]..." in result.output
+    assert "Missing argument 'TARGET'." in result.output
+
+
 def test_version_prints_the_installed_versions(app):
     import keras
     import tensorflow as tf

@@ -51,6 +51,7 @@ def build_app() -> Any:
     require_cli()
     import typer
 
+    from ._command import Command
     from ._inspect import CONTEXT_SETTINGS, inspect
     from ._soak import soak
     from ._version import version
@@ -60,9 +61,9 @@ def build_app() -> Any:
         no_args_is_help=True,
         add_completion=False,
     )
-    app.command()(soak)
-    app.command(context_settings=CONTEXT_SETTINGS)(inspect)
-    app.command()(version)
+    app.command(cls=Command)(soak)
+    app.command(cls=Command, context_settings=CONTEXT_SETTINGS)(inspect)
+    app.command(cls=Command)(version)
     return app
 
 

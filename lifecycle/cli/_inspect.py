@@ -23,7 +23,9 @@ MiB = 2**20
 
 def inspect(
     ctx: typer.Context,
-    target: str = typer.Argument(..., help="A Python file, or a module with --module."),
+    target: str = typer.Argument(
+        ..., metavar="TARGET", help="A Python file, or a module with --module."
+    ),
     module: bool = typer.Option(False, "--module", "-m", help="TARGET is a module name."),
 ) -> None:
     """Run a Python file or module, then print statistics and leak reports.
