@@ -185,6 +185,16 @@ def test_inspect_names_the_holder_of_a_leak(app, tmp_path):
     )
 
 
+def test_inspect_prints_each_reference_chain_on_one_line(app, tmp_path):
+    holder = "MODELS_KEPT_BY_A_LONG_LIVED_REGISTRY_OF_EVERY_EXPERIMENT_RUN_SO_FAR"
+    script = tmp_path / "leaky.py"
+    script.write_text(LEAKY.replace("KEPT", holder))
+    result = runner.invoke(app, ["inspect", str(script)])
+    line = f"  [model] module leaky → .{holder} → list[0] → ManagedModel 'kept_forever' (disposed)"
+    assert len(line) > 120  # wider than the console when output is not a terminal
+    assert line in result.output.splitlines()
+
+
 def test_inspect_a_missing_file(app):
     result = runner.invoke(app, ["inspect", "no/such/file.py"])
     assert result.exit_code != 0 and "no such file" in result.output

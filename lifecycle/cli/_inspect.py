@@ -50,7 +50,7 @@ def inspect(
         failed = exit_.code not in (None, 0)
     except Exception:
         failed = True
-        out.print(traceback.format_exc(), markup=False)
+        out.print(traceback.format_exc(), markup=False, soft_wrap=True)
     finally:
         sys.argv = saved_argv
     table = Table(title=f"keras-lifecycle statistics after {target}")
@@ -71,7 +71,8 @@ def inspect(
     except ImportError as error:
         out.print(f"leak report skipped: {error}", markup=False)
     else:
-        out.print(str(report), markup=False)
+        # One line per reference chain, however long: logs are searched line by line.
+        out.print(str(report), markup=False, soft_wrap=True)
         failed = failed or bool(report)
     finally:
         if saved_module is None:
