@@ -1,62 +1,47 @@
 """Entry point of the ``lifecycle`` command, outside the package.
 
-Importing keras-lifecycle imports TensorFlow, whose native start-up writes
-informational notices straight to the process's stderr (oneDNN, CUDA drivers,
-CPU features), twice, before any Python logging is set up;
-``TF_CPP_MIN_LOG_LEVEL`` does not silence them. On a terminal they bury the
-command's own output, so this module imports the package with stderr captured
-and writes back every line but those notices. Warnings and errors stay.
+Importing ``lifecycle.cli`` the usual way first runs ``lifecycle/__init__.py``,
+which imports TensorFlow: seconds of start-up and a screen of native notices
+that ``--help`` and ``version`` do not need. So this module loads the
+``lifecycle.cli`` subpackage on its own, without running its parent's
+``__init__``; the commands that use the library import it themselves
+(``lifecycle/cli/_quiet.py``, which also filters those notices). Nothing in
+``lifecycle/cli/`` imports its parent package at module level.
 """
 
 from __future__ import annotations
 
-import os
-import re
+import importlib
+import importlib.machinery
+import importlib.util
 import sys
-import tempfile
+from types import ModuleType
 
 __all__ = ["main"]
 
-# absl's informational lines ("I0000 00:00:1796287763.806807 22228 port.cc:153] ..."),
-# its note that they go to stderr, and the CPU-features notice's second line.
-_NOTICE = re.compile(
-    r"^(I\d{4} \d\d:\d\d:[\d.]+ +\d+ \S+:\d+\] "
-    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate "
-    r"compiler flags\.$)"
-)
 
-
-def _import_quietly() -> None:
-    """Import ``lifecycle.cli`` with fd 2 captured; write back all but TF's notices."""
-    sys.stderr.flush()
+def _load_cli() -> ModuleType:
+    """``lifecycle.cli``, without running ``lifecycle/__init__.py`` if it has not run yet."""
+    if "lifecycle" in sys.modules or "lifecycle.cli" in sys.modules:
+        return importlib.import_module("lifecycle.cli")
+    package = importlib.util.find_spec("lifecycle")  # a top-level name: found, not run
+    spec = None
+    if package is not None and package.submodule_search_locations is not None:
+        spec = importlib.machinery.PathFinder.find_spec(
+            "lifecycle.cli", package.submodule_search_locations
+        )
+    if spec is None or spec.loader is None:  # not an ordinary package on disk
+        return importlib.import_module("lifecycle.cli")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lifecycle.cli"] = module
     try:
-        saved = os.dup(2)
-    except OSError:  # no file descriptor 2 (an embedding host): nothing to filter
-        import lifecycle.cli
-
-        return
-    with tempfile.TemporaryFile(mode="w+b") as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            import lifecycle.cli  # noqa: F401  (imports TensorFlow)
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            kept = [
-                line
-                for line in captured.read().decode(errors="replace").splitlines(keepends=True)
-                if not _NOTICE.match(line)
-            ]
-            sys.stderr.write("".join(kept))
-            sys.stderr.flush()
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["lifecycle.cli"]
+        raise
+    return module
 
 
 def main() -> None:
     """Run the ``lifecycle`` command."""
-    _import_quietly()
-    from lifecycle.cli import main as run
-
-    run()
+    _load_cli().main()

@@ -49,7 +49,7 @@ from _harness import MIB, ChildOutcome, fmt
 if TYPE_CHECKING:
     import numpy as np
 
-# The workload of `lifecycle soak` (lifecycle._soak.build_mlp builds it). The parent
+# The workload of `lifecycle soak` (lifecycle.cli._soak_worker.build_mlp builds it). The parent
 # does not import the package: that would load TensorFlow in it.
 INPUT_DIM = 784
 CLASSES = 10
@@ -104,7 +104,7 @@ def measure_loop(
     import keras
     import psutil
 
-    from lifecycle._soak import build_mlp
+    from lifecycle.cli._soak_worker import build_mlp
 
     process = psutil.Process()
     rss_mib: list[float] = []
@@ -151,7 +151,7 @@ def measure_loop(
 
 
 def measure_dispose(units: int, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    from lifecycle._soak import build_mlp
+    from lifecycle.cli._soak_worker import build_mlp
 
     release_seconds: list[float] = []
     bytes_released: list[int] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -28,8 +29,33 @@ def test_help_lists_the_commands(app):
         assert command in result.output
 
 
-def test_version_runs_the_self_check(app):
+def test_help_names_the_inspect_target_in_capitals(app):
+    result = runner.invoke(app, ["inspect", "--help"])
+    assert result.exit_code == 0
+    assert "inspect [OPTIONS] TARGET [ARGS]..." in result.output
+    assert "{target}" not in result.output and "{TARGET}" not in result.output
+    assert "│ *    TARGET " in result.output
+    result = runner.invoke(app, ["inspect"])
+    assert result.exit_code == 2
+    assert "inspect [OPTIONS] TARGET [ARGS]..." in result.output
+    assert "Missing argument 'TARGET'." in result.output
+
+
+def test_version_prints_the_installed_versions(app):
+    import keras
+    import tensorflow as tf
+
+    import lifecycle as lc
+
     result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"keras-lifecycle {lc.__version__}, TensorFlow {tf.__version__}, Keras {keras.__version__}"
+    ]
+
+
+def test_version_runs_the_self_check(app):
+    result = runner.invoke(app, ["version", "--check"])
     assert result.exit_code == 0, result.output
     assert "TensorFlow 2." in result.output and "Keras 3." in result.output
     assert "ok  AssignVariableOp releases a buffer" in result.output
@@ -55,6 +81,69 @@ def test_soak_prints_the_table_and_writes_a_png(app, tmp_path):
 
     image = matplotlib.image.imread(str(chart))
     assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def fake_soak(rss_per_variant):
+    """A stand-in for run_soak that reports the given RSS samples (MiB) at once."""
+
+    def run_soak(variants, cycles, units, timeout, on_cycle):
+        return {
+            v: {"rss": rss_per_variant[v], "seconds": [0.5] * cycles, "error": None}
+            for v in variants
+        }
+
+    return run_soak
+
+
+def test_soak_at_its_minimum_of_3_cycles_fits_all_three(app, monkeypatch):
+    from lifecycle.cli import _soak
+
+    monkeypatch.setattr(
+        _soak, "run_soak", fake_soak({"a": [600.0, 630.0, 660.0], "c": [600.0, 600.0, 600.5]})
+    )
+    result = runner.invoke(app, ["soak", "--cycles", "3", "--variants", "a,c"])
+    assert result.exit_code == 0, result.output
+    assert "after 0 warm-up cycles" in result.output
+    rows = {row.split("│")[1].strip(): row for row in result.output.splitlines() if "│ (" in row}
+    assert "+30.00" in rows["(a) del model"] and "leaking" in rows["(a) del model"]
+    assert "+0.25" in rows["(c) ManagedModel.dispose()"]
+
+
+def test_soak_fails_a_variant_that_reported_too_few_cycles(app, monkeypatch):
+    from lifecycle.cli import _soak
+
+    monkeypatch.setattr(_soak, "run_soak", fake_soak({"c": [600.0, 600.0]}))
+    result = runner.invoke(app, ["soak", "--cycles", "3", "--variants", "c"])
+    assert result.exit_code == 1
+    assert "FAILED" in result.output and "2 of 3 cycles reported" in result.output
+
+
+@pytest.mark.subprocess
+def test_soak_runs_its_minimum_of_3_cycles(app):
+    result = runner.invoke(app, ["soak", "--cycles", "3", "--units", "32", "--variants", "c"])
+    assert result.exit_code == 0, result.output
+    (row,) = [line for line in result.output.splitlines() if line.startswith("│ (")]
+    assert row.split("│")[1].strip() == "(c) ManagedModel.dispose()"
+    assert row.split("│")[4].strip() in ("flat", "leaking")
+
+
+def refuse_to_soak(variants, cycles, units, timeout, on_cycle):
+    raise AssertionError("the soak ran before its arguments were checked")
+
+
+def test_soak_checks_the_plot_directory_before_it_starts(app, monkeypatch, tmp_path):
+    from lifecycle.cli import _soak
+
+    monkeypatch.setattr(_soak, "run_soak", refuse_to_soak)
+    monkeypatch.chdir(tmp_path)  # short paths: the error box does not wrap them
+    result = runner.invoke(app, ["soak", "--plot", "no/such/soak.png"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--plot': no such directory: no/such" in result.output
+    assert "Traceback" not in result.output and "Soak:" not in result.output
+    (tmp_path / "charts").mkdir()
+    result = runner.invoke(app, ["soak", "--plot", "charts"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--plot': charts is a directory, not a file" in result.output
 
 
 def test_soak_rejects_unknown_variants(app):
@@ -97,9 +186,43 @@ def test_inspect_names_the_holder_of_a_leak(app, tmp_path):
     )
 
 
+def test_inspect_prints_each_reference_chain_on_one_line(app, tmp_path):
+    holder = "MODELS_KEPT_BY_A_LONG_LIVED_REGISTRY_OF_EVERY_EXPERIMENT_RUN_SO_FAR"
+    script = tmp_path / "leaky.py"
+    script.write_text(LEAKY.replace("KEPT", holder))
+    result = runner.invoke(app, ["inspect", str(script)])
+    line = f"  [model] module leaky → .{holder} → list[0] → ManagedModel 'kept_forever' (disposed)"
+    assert len(line) > 120  # wider than the console when output is not a terminal
+    assert line in result.output.splitlines()
+
+
 def test_inspect_a_missing_file(app):
     result = runner.invoke(app, ["inspect", "no/such/file.py"])
     assert result.exit_code != 0 and "no such file" in result.output
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_such_module_here", "no such module: no_such_module_here"),
+        ("no_such_package.sub", "no such module: no_such_package.sub"),
+        ("json", "json is a package with no __main__; name one of its modules"),
+    ],
+)
+def test_inspect_a_module_that_cannot_run(app, target, message):
+    result = runner.invoke(app, ["inspect", "-m", target])
+    assert result.exit_code == 2
+    assert f"Invalid value: {message}" in result.output
+    assert "Traceback" not in result.output and "statistics" not in result.output
+
+
+def test_inspect_runs_a_module(app, tmp_path, monkeypatch):
+    (tmp_path / "inspected_module.py").write_text(CLEAN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = runner.invoke(app, ["inspect", "-m", "inspected_module"])
+    assert "script ran" in result.output
+    # The script's global `model` still holds the (disposed) model.
+    assert "module inspected_module → .model → ManagedModel 'inspected'" in result.output
 
 
 def test_missing_extras_print_the_pip_install(monkeypatch, capsys, app):
@@ -115,24 +238,97 @@ def test_missing_extras_print_the_pip_install(monkeypatch, capsys, app):
     assert 'pip install "keras-lifecycle[plot]"' in result.output
 
 
-def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
-    # A fresh interpreter: TensorFlow prints its notices only when first imported.
+def test_a_failed_self_check_prints_the_error_and_exits_1(app, monkeypatch):
+    import lifecycle as lc
+
+    def moved():
+        raise lc.CompatibilityError("the internal check 'X' failed")
+
+    monkeypatch.setattr(lc, "check_compatibility", moved)
+    result = runner.invoke(app, ["version", "--check"])
+    assert result.exit_code == 1
+    assert "self-check failed: the internal check 'X' failed" in result.output
+    assert "Traceback" not in result.output
+
+
+# Runs the command the way its console script does, then names the heavy
+# packages it imported.
+AS_INSTALLED = """
+import sys
+import lifecycle_cli
+sys.argv[0] = "lifecycle"
+try:
+    lifecycle_cli.main()
+finally:
+    print("imported:", [m for m in ("lifecycle", "tensorflow", "keras") if m in sys.modules])
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("args", [["--help"], ["version"], ["inspect", "--help"]])
+def test_help_and_version_do_not_import_tensorflow(args):
     result = subprocess.run(
-        [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "version"],
+        [sys.executable, "-c", AS_INSTALLED, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Usage: lifecycle" in result.stdout or "keras-lifecycle " in result.stdout
+    assert result.stdout.splitlines()[-1] == "imported: []"
+    assert result.stderr == ""
+
+
+# TensorFlow as a script would meet it: imported, then its devices listed.
+RAW_TENSORFLOW = """
+import tensorflow as tf
+print(tf.test.is_built_with_cuda())
+tf.config.list_physical_devices()
+"""
+
+
+@pytest.mark.subprocess
+def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
+    from lifecycle.cli._quiet import gpu_present
+
+    # Fresh interpreters: TensorFlow prints its notices only when first imported.
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    raw = subprocess.run(
+        [sys.executable, "-c", RAW_TENSORFLOW],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
+    assert raw.returncode == 0, raw.stderr
+    # The noise is there without the filter...
+    assert "oneDNN custom operations" in raw.stderr
+    assert "absl::InitializeLog" in raw.stderr
+    no_gpu_noise = raw.stdout.strip() == "True" and not gpu_present()
+    if no_gpu_noise:  # a CUDA build on a host without a GPU, as on CPU-only CI
+        assert "failed call to cuInit" in raw.stderr
+    result = subprocess.run(
+        [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "version", "--check"],
         capture_output=True,
         text=True,
         timeout=240,
         cwd=ROOT,
+        env=env,
     )
+    # ...and gone with it.
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("keras-lifecycle ")
+    assert "ok  AssignVariableOp releases a buffer" in result.stdout
     assert "oneDNN custom operations" not in result.stderr
     assert "absl::InitializeLog" not in result.stderr
     assert not re.search(r"^I\d{4} ", result.stderr, re.MULTILINE), result.stderr
+    if no_gpu_noise:
+        assert "cuInit" not in result.stderr, result.stderr
 
 
 def test_the_notice_filter_keeps_warnings_errors_and_other_output():
-    from lifecycle_cli import _NOTICE
+    from lifecycle.cli._quiet import _NOTICE
 
     dropped = [
         "I0000 00:00:1796287763.806807   22228 port.cc:153] oneDNN custom operations are on.",
@@ -148,3 +344,56 @@ def test_the_notice_filter_keeps_warnings_errors_and_other_output():
     ]
     assert all(_NOTICE.match(line) for line in dropped)
     assert not any(_NOTICE.match(line) for line in kept)
+
+
+CUINIT = (
+    "E0000 00:00:1796308099.331893    6726 cuda_platform.cc:52] failed call to cuInit: "
+    "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)"
+)
+
+
+def test_the_noise_filter_drops_cuda_registration_and_cuinit_without_a_gpu():
+    from lifecycle.cli._quiet import is_noise
+
+    always = [
+        "E0000 00:00:1751448150.986970   10148 cuda_dnn.cc:8579] Unable to register cuDNN "
+        "factory: Attempting to register factory for plugin cuDNN when one has already been "
+        "registered",
+        "E0000 00:00:1751448150.991431   10148 cuda_blas.cc:1407] Unable to register cuBLAS "
+        "factory: Attempting to register factory for plugin cuBLAS when one has already been "
+        "registered",
+        "2025-07-02 09:22:30.972636: E external/local_xla/xla/stream_executor/cuda/cuda_fft.cc:"
+        "467] Unable to register cuFFT factory: Attempting to register factory for plugin cuFFT "
+        "when one has already been registered",
+        "W0000 00:00:1751448151.003754   10148 computation_placer.cc:177] computation placer "
+        "already registered. Please check linkage and avoid linking the same target more than "
+        "once.",
+        "2025-02-09 09:37:32.343117: I tensorflow/core/platform/cpu_feature_guard.cc:182] This "
+        "TensorFlow binary is optimized to use available CPU instructions.",
+    ]
+    real = [
+        "E0000 00:00:1796308099.3 6726 cuda_dnn.cc:1] Could not create cudnn handle: "
+        "CUDNN_STATUS_INTERNAL_ERROR",
+        "W0000 00:00:1796308099.3 6726 bfc_allocator.cc:1] Allocator ran out of memory",
+        "2025-07-02 09:22:30.972636: E tensorflow/core/a.cc:1] Could not load dynamic library "
+        "'libcudnn.so.9'",
+        "Unable to register cuDNN factory: not a TensorFlow log line",
+    ]
+    for gpu in (False, True):
+        assert all(is_noise(line, gpu=gpu) for line in always), gpu
+        assert not any(is_noise(line, gpu=gpu) for line in real), gpu
+    assert is_noise(CUINIT, gpu=False)
+    assert not is_noise(CUINIT, gpu=True)  # with a GPU, a failed cuInit is a broken driver
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_filtered_stderr_writes_back_all_but_the_noise(monkeypatch, capfd, gpu):
+    from lifecycle.cli import _quiet
+
+    monkeypatch.setattr(_quiet, "gpu_present", lambda: gpu)
+    noise = "I0000 00:00:1796287763.806807   22228 port.cc:153] oneDNN custom operations are on."
+    real = "W0000 00:00:1796287763.806807   22228 some.cc:1] a real warning"
+    with _quiet.filtered_stderr():
+        os.write(2, f"{noise}\n{CUINIT}\n{real}\n".encode())
+    err = capfd.readouterr().err
+    assert err.splitlines() == [*([CUINIT] if gpu else []), real]

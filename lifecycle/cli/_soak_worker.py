@@ -8,7 +8,7 @@ drops it the variant's way:
     b   ``del model; keras.backend.clear_session(); gc.collect()``
     c   an ``lc.ManagedModel``: ``model.dispose(collect=True)``, then ``del model``
 
-Run as ``python -m lifecycle._soak --variant c --cycles 12 --units 512``: prints
+Run as ``python -m lifecycle.cli._soak_worker --variant c --cycles 12 --units 512``: prints
 one JSON line per cycle (``{"cycle": 3, "rss_mib": 612.4, "seconds": 0.41}``).
 ``lifecycle soak`` runs the variants side by side and compares them.
 """
