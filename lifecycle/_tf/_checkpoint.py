@@ -191,7 +191,11 @@ def _check_async_save() -> None:
         try:
             helper_ref, copy = _check_async_helper(checkpoint, variable)
         except BaseException:
-            with contextlib.suppress(Exception):  # the internal that moved may be needed
+            # The save thread must finish before its directory is removed; the
+            # internal that moved may be needed by either step.
+            with contextlib.suppress(Exception):
+                checkpoint.sync()
+            with contextlib.suppress(Exception):
                 shutdown_async(checkpoint)
             raise
         if shutdown_async(checkpoint) <= 0 or not is_released(copy):
