@@ -13,6 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from .._core import check_int
 from ._network import PRIVATE_NETWORK_ENV, in_private_network, launcher_command
 
 __all__ = ["LocalCluster", "free_ports", "run_in_private_network"]
@@ -165,9 +166,8 @@ class LocalCluster:
         start_timeout: float = 60.0,
         allow_public_network: bool = False,
     ) -> None:
-        for name, value in (("workers", workers), ("ps", ps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"`{name}` must be an int >= 0. Received: {name}={value!r}")
+        check_int(workers, "workers")
+        check_int(ps, "ps")
         if workers + ps == 0:
             raise ValueError("A cluster needs at least one worker or parameter server.")
         if not allow_public_network and not in_private_network():

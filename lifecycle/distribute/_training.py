@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from .. import _tf
+from .._core import check_int
 from .._disposal import held
 
 __all__ = ["train"]
@@ -62,8 +63,7 @@ def train(
         0.0123
     """
     _tf.check_compatibility()
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"`steps` must be an int >= 1. Received: steps={steps!r}")
+    check_int(steps, "steps", minimum=1)
     if getattr(model, "optimizer", None) is None:
         raise ValueError(f"Compile {type(model).__name__} {model.name!r} before training it.")
     if strategy is None:
