@@ -1,0 +1,104 @@
+"""A SavedModel's serving signature as a Keras functional model.
+
+``keras.layers.TFSMLayer`` wraps a SavedModel as a layer, but calls its
+endpoint with one positional argument, while a signature (``serving_default``)
+takes its inputs as keyword arguments only. :class:`SignatureLayer` calls the
+signature with the inputs dict as keywords. The layer tracks the SavedModel's
+restored variables as Keras variables around the very same ``tf.Variable``
+objects, so a managed model finds and releases them like any other weights.
+The one internal read here is the signature function ``TFSMLayer`` keeps in
+``call_endpoint_fn`` (checked by :func:`self_check`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ._internal import incompatible, internal
+
+__all__ = ["SERVING_SIGNATURE", "SignatureLayer", "saved_model_to_keras", "self_check"]
+
+# The signature TensorFlow Serving answers when a request names none.
+SERVING_SIGNATURE = "serving_default"
+
+
+class SignatureLayer(keras.layers.TFSMLayer):
+    """A ``TFSMLayer`` that calls a SavedModel signature with a dict of named inputs."""
+
+    def call(self, inputs: dict[str, Any], training: bool = False) -> Any:
+        """Run the signature on ``inputs``, keyed by the signature's input names."""
+        del training  # a serving signature has one behaviour
+        return self.signature(**inputs)
+
+    @property
+    def signature(self) -> Any:
+        """The signature's concrete function, as ``TFSMLayer`` loaded it."""
+        return internal(self, "call_endpoint_fn", "TFSMLayer.call_endpoint_fn")
+
+
+def saved_model_to_keras(path: str, signature: str = SERVING_SIGNATURE) -> keras.Model:
+    """A functional model whose inputs and outputs are a SavedModel signature's.
+
+    One ``keras.Input`` per input of the signature, named as in the signature,
+    unknown dimensions kept unknown; the outputs are a dict keyed by the
+    signature's output names. The SavedModel is loaded once, by the layer.
+
+    Args:
+        path: A SavedModel directory.
+        signature: The signature to serve.
+
+    Raises:
+        ValueError: The SavedModel has no such signature, or it takes positional
+            inputs.
+    """
+    layer = SignatureLayer(path, call_endpoint=signature)
+    function = layer.signature
+    args, kwargs = function.structured_input_signature
+    if args or not kwargs:
+        raise ValueError(
+            f"the signature {signature!r} of {path!r} must take named tensor inputs. "
+            f"Received: args={args!r}, kwargs={kwargs!r}"
+        )
+    inputs = {
+        key: keras.Input(shape=spec.shape[1:], batch_size=None, dtype=spec.dtype.name, name=key)
+        for key, spec in sorted(kwargs.items())
+    }
+    outputs = layer(inputs)
+    if not isinstance(outputs, dict):
+        outputs = {"output_0": outputs}
+    return keras.Model(inputs, dict(outputs))
+
+
+def self_check() -> None:
+    """Save a tiny SavedModel, wrap its signature, and check one call and its variables."""
+
+    class Probe(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = tf.Variable([2.0])
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")])
+        def serve(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
+            return {"y": x * self.scale}
+
+    with tempfile.TemporaryDirectory(prefix="lifecycle-self-check-") as directory:
+        path = os.path.join(directory, "probe")
+        probe = Probe()
+        tf.saved_model.save(probe, path, signatures={SERVING_SIGNATURE: probe.serve})
+        model = saved_model_to_keras(path)
+        answer = model({"x": np.ones((1, 1), "float32")})["y"]
+        restored = internal(model.layers[-1], "_reloaded_obj", "TFSMLayer._reloaded_obj")
+        wrapped = [internal(v, "_value", "keras.Variable._value") for v in model.weights]
+    if float(np.asarray(answer)[0, 0]) != 2.0:
+        raise incompatible("TFSMLayer signature call", ValueError(f"answer {answer!r}"))
+    if [id(v) for v in wrapped] != [id(restored.scale)]:
+        raise incompatible(
+            "TFSMLayer weights wrap the SavedModel's own variables",
+            ValueError("the layer's Keras variables hold copies: release would miss them"),
+        )
