@@ -195,7 +195,9 @@ def test_checkpoints_without_a_factory_are_reported_clearly(tmp_path):
 
 
 def write_warmup(saved_model, batches, input_name="x"):
-    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+    apis = pytest.importorskip("tensorflow_serving.apis", reason="the `serve` extra")
+    model_pb2, predict_pb2 = apis.model_pb2, apis.predict_pb2
+    from tensorflow_serving.apis import prediction_log_pb2
 
     extra = saved_model / "assets.extra"
     extra.mkdir()
