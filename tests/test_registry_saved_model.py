@@ -195,9 +195,8 @@ def test_checkpoints_without_a_factory_are_reported_clearly(tmp_path):
 
 
 def write_warmup(saved_model, batches, input_name="x"):
-    apis = pytest.importorskip("tensorflow_serving.apis", reason="the `serve` extra")
-    model_pb2, predict_pb2 = apis.model_pb2, apis.predict_pb2
-    from tensorflow_serving.apis import prediction_log_pb2
+    pytest.importorskip("tensorflow_serving.apis.prediction_log_pb2", reason="the serve extra")
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
     extra = saved_model / "assets.extra"
     extra.mkdir()
