@@ -69,6 +69,22 @@ def save_module(path):
     return {key: value.numpy() for key, value in module.serve(X).items()}
 
 
+class Doubler(tf.Module):
+    """A SavedModel with a custom gradient: loading it registers a gradient function."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = tf.Variable([[3.0]])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 1], tf.float32, name="x")])
+    def serve(self, x):
+        @tf.custom_gradient
+        def doubled_gradient(x):
+            return tf.identity(x), lambda upstream: upstream * 2.0
+
+        return {"y": doubled_gradient(x) * self.scale}
+
+
 def gradient_entries():
     from tensorflow.python.framework import ops
 
@@ -113,6 +129,28 @@ def test_a_tf_module_saved_model_keeps_its_signature_names(tmp_path):
             # Warmed up once on zeros of batch 1, then the request above.
             calls = next(w for w in model.weights if w.dtype == "int64")
             assert int(calls.numpy()) == 2
+
+
+def test_restored_custom_gradients_serve_while_loaded_and_go_at_unload(tmp_path):
+    module = Doubler()
+    tf.saved_model.save(
+        module, os.fspath(tmp_path / "1"), signatures={"serving_default": module.serve}
+    )
+    del module
+    gc.collect()
+    before = lc._tf.custom_gradient_entries()
+    with lc.ModelRegistry() as registry:
+        registry.load("doubler", 1, tmp_path / "1")
+        assert lc._tf.custom_gradient_entries() == before + 1
+        x = tf.ones((1, 1))
+        with registry.lease("doubler") as model, tf.GradientTape() as tape:
+            tape.watch(x)
+            y = model({"x": x})["y"]
+        assert float(tape.gradient(y, x)[0, 0]) == 6.0  # the restored gradient: 2 * 3
+        del model, tape
+        registry.unload("doubler", 1, wait=True)
+        gc.collect()
+        assert lc._tf.custom_gradient_entries() == before
 
 
 def test_a_directory_without_a_complete_saved_model_is_not_loaded(tmp_path):

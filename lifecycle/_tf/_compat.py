@@ -326,7 +326,8 @@ _CHECKS += (
         _check_parameter_server_variables,
     ),
     (
-        "SavedModel signature as a Keras model (TFSMLayer.call_endpoint_fn, _reloaded_obj)",
+        "SavedModel signature as a Keras model (TFSMLayer.call_endpoint_fn, _reloaded_obj, "
+        "restored custom gradients)",
         _saved_model.self_check,
     ),
 )
