@@ -4,7 +4,8 @@ A version is built in a child session of the registry's, under fresh layer
 names and the scopes ``name/v<version>`` (so its variables are
 ``name/v<version>/<layer>/...``, identical across versions), restored from a
 checkpoint if asked, and its serving path traced and called once before any
-request can reach it. A failed build disposes whatever it made.
+request can reach it (on the requests of a SavedModel's TensorFlow Serving
+warm-up file when it has one). A failed build disposes whatever it made.
 """
 
 from __future__ import annotations
@@ -25,17 +26,19 @@ from .._model import manage
 from .._serving import serving_function
 from .._session import LifecycleSession
 from ..errors import CheckpointError, LoadError
+from ._version_dirs import is_saved_model
 from ._versions import LoadedVersion
+from ._warmup_file import WarmupRequests, read_warmup_requests
 
-__all__ = ["build_version", "factory_of"]
+__all__ = ["build_version", "factory_of", "warmup_of"]
 
 
 def factory_of(source: Any, safe_mode: bool) -> tuple[Callable[[], keras.Model], int | None]:
     """A zero-argument factory for ``source``, and the bytes it will hold if known.
 
     Args:
-        source: A zero-argument callable returning a Keras model, or the path
-            of a ``.keras`` file.
+        source: A zero-argument callable returning a Keras model, the path
+            of a ``.keras`` file, or a SavedModel directory.
         safe_mode: Keras ``safe_mode`` for files.
 
     Raises:
@@ -46,6 +49,17 @@ def factory_of(source: Any, safe_mode: bool) -> tuple[Callable[[], keras.Model],
         return source, None
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
+        if os.path.isdir(path):
+            if not is_saved_model(path):
+                raise FileNotFoundError(
+                    f"{path!r} is a directory without a complete SavedModel (saved_model.pb "
+                    "and variables/variables.index): nothing was loaded."
+                )
+
+            def from_saved_model() -> keras.Model:
+                return _tf.saved_model_to_keras(path)
+
+            return from_saved_model, _variables_bytes(path)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"No saved model at {path!r}: nothing was loaded.")
 
@@ -54,9 +68,27 @@ def factory_of(source: Any, safe_mode: bool) -> tuple[Callable[[], keras.Model],
 
         return from_file, _weights_bytes(path)
     raise TypeError(
-        "`source` must be a zero-argument callable returning a Keras model or the "
-        f"path of a .keras file. Received: {source!r}"
+        "`source` must be a zero-argument callable returning a Keras model, the path "
+        f"of a .keras file or a SavedModel directory. Received: {source!r}"
     )
+
+
+def warmup_of(source: Any, name: str, version: int) -> WarmupRequests | None:
+    """The requests of a SavedModel's TensorFlow Serving warm-up file, if ``source`` has one.
+
+    Raises:
+        LoadError: The file exists and cannot be read (``tensorflow-serving-api``
+            missing, a record that is not a predict request); nothing was loaded.
+    """
+    if not isinstance(source, (str, os.PathLike)) or not os.path.isdir(source):
+        return None
+    try:
+        return read_warmup_requests(os.fspath(source))
+    except (ValueError, ImportError, tf.errors.OpError) as error:
+        raise LoadError(
+            f"Loading {name!r} version {version} failed in its warm-up file: "
+            f"{type(error).__name__}: {error}. Nothing was loaded."
+        ) from error
 
 
 def build_version(
@@ -70,6 +102,10 @@ def build_version(
     strict: bool,
 ) -> LoadedVersion:
     """Build, restore and warm up a version in a child session of ``parent``.
+
+    ``warmup`` is a sample input, :class:`WarmupRequests` (replayed in order,
+    the serving signature fixed by the first), or ``None`` (zeros shaped like
+    the model's inputs).
 
     Raises:
         CheckpointError: The checkpoint does not fit; the partial model was disposed.
@@ -92,6 +128,9 @@ def build_version(
                     f"the factory returned {type(model).__qualname__}, not a keras.Model"
                 )
             model = manage(model, session=session)
+            replay = warmup.samples if isinstance(warmup, WarmupRequests) else ()
+            if replay:
+                warmup = replay[0]
             sample = warmup if warmup is not None else _sample_from_inputs(model)
             if checkpoint is not None:
                 if not model.built:
@@ -109,7 +148,8 @@ def build_version(
             if sample is None:
                 raise ValueError("the model does not know its inputs: pass warmup=<a sample input>")
             serve = serving_function(model, _specs(sample))
-            serve(sample)
+            for request in replay or (sample,):
+                serve(request)
     except CheckpointError:
         session.close()
         raise
@@ -134,6 +174,19 @@ def _weights_bytes(path: str) -> int | None:
         return None
 
 
+def _variables_bytes(path: str) -> int | None:
+    """The size of a SavedModel's variables on disk, read before loading it."""
+    variables = os.path.join(path, "variables")
+    try:
+        return sum(
+            entry.stat().st_size
+            for entry in os.scandir(variables)
+            if entry.name.startswith("variables.data-")
+        )
+    except OSError:
+        return None
+
+
 def _specs(sample: Any) -> Any:
     """A TensorSpec nest with a free batch dimension, from a sample input."""
 
@@ -145,14 +198,25 @@ def _specs(sample: Any) -> Any:
 
 
 def _sample_from_inputs(model: keras.Model) -> Any:
-    """Zeros of batch 1 for a model that knows its inputs (functional, Sequential)."""
+    """Zeros of batch 1 for a model that knows its inputs (functional, Sequential).
+
+    Unknown dimensions are 1; a model whose inputs are a dict gets a dict.
+    """
     try:
         inputs = model.inputs
     except (AttributeError, ValueError):
         inputs = None
     if not inputs:
         return None
-    samples = [
-        tf.zeros([1, *(d or 1 for d in tensor.shape[1:])], tensor.dtype) for tensor in inputs
-    ]
+
+    def zeros(tensor: Any) -> tf.Tensor:
+        return tf.zeros([1, *(d or 1 for d in tensor.shape[1:])], tensor.dtype)
+
+    try:
+        structure = model.input
+    except (AttributeError, ValueError):  # a Sequential never called has no `input`
+        structure = None
+    if isinstance(structure, dict):
+        return {key: zeros(tensor) for key, tensor in structure.items()}
+    samples = [zeros(tensor) for tensor in inputs]
     return samples[0] if len(samples) == 1 else samples

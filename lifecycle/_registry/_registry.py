@@ -37,7 +37,7 @@ from .._core import (
 from .._model import ManagedModel
 from .._session import LifecycleSession, freeze_heap
 from ..errors import BudgetExceededError, LifecycleError, LoadError
-from ._building import build_version, factory_of
+from ._building import build_version, factory_of, warmup_of
 from ._retiring import Retirement
 from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
 from ._table import VersionTable
@@ -195,12 +195,21 @@ class ModelRegistry:
         Args:
             name: The model's name (no ``/``).
             version: A version number not loaded yet.
-            source: A zero-argument callable returning a Keras model, or the
-                path of a ``.keras`` file.
+            source: A zero-argument callable returning a Keras model, the
+                path of a ``.keras`` file, or a SavedModel directory
+                (``model.export(dir)``, ``tf.saved_model.save``). A SavedModel
+                is served through its ``serving_default`` signature, as a
+                functional model with one ``keras.Input`` per signature input
+                (named as in the signature) and a dict of the signature's
+                named outputs; its variables are released at unload like any
+                Keras model's.
             labels: Labels to point at this version once it is ready.
             warmup: A sample input (batch of any size) that fixes the serving
                 signature and is run once. Optional for models that know their
-                inputs (functional, Sequential).
+                inputs (functional, Sequential, SavedModels): they warm up on
+                zeros of batch 1. A SavedModel with TensorFlow Serving's
+                ``assets.extra/tf_serving_warmup_requests`` replays that file's
+                predict requests instead (needs ``keras-lifecycle[serve]``).
             estimated_bytes: The bytes the version will hold, if known, to check
                 the budget before building. Read from the archive for files.
             safe_mode: Keras ``safe_mode`` for files (refuses arbitrary code in
@@ -225,18 +234,36 @@ class ModelRegistry:
 
         Raises:
             ValueError: A bad name or version, or the version is already loaded.
-            FileNotFoundError: ``source`` is a path that does not exist.
+            FileNotFoundError: ``source`` is a path that does not exist, or a
+                directory without a complete SavedModel.
             BudgetExceededError: The version cannot fit; the versions evicted
                 for it were brought back, as the message says.
             CheckpointError: The checkpoint is missing, truncated, corrupt or
                 does not match; the partial model was disposed and the versions
                 evicted for it were brought back, as the message says.
             LoadError: The factory, the file or the warm-up failed; likewise.
+                Also a warm-up file that cannot be read, before anything
+                happens (its message names ``pip install "keras-lifecycle[serve]"``
+                when ``tensorflow-serving-api`` is missing).
+
+        Example:
+            >>> import tempfile, keras, numpy as np
+            >>> inputs = keras.Input((4,), name="features")
+            >>> exported = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+            >>> path = tempfile.mkdtemp() + "/risk/1"
+            >>> exported.export(path, verbose=False)
+            >>> with lc.ModelRegistry() as registry:
+            ...     _ = registry.load("risk", 1, path)
+            ...     out = registry.predict("risk", {"features": np.zeros((2, 4), "float32")})
+            >>> sorted(out)
+            ['output_0']
         """
         name, version = check_model_name(name), check_version(version)
         prefix = latest_checkpoint(checkpoint) if checkpoint is not None else None
         labels = tuple(check_label(label) for label in labels)
         factory, estimate = factory_of(source, safe_mode)
+        if warmup is None:
+            warmup = warmup_of(source, name, version)
         estimate = estimated_bytes if estimated_bytes is not None else estimate
 
         def build() -> LoadedVersion:
@@ -458,7 +485,7 @@ class ModelRegistry:
         self,
         name: str,
         base_path: str | os.PathLike[str],
-        factory: Callable[[], keras.Model],
+        factory: Callable[[], keras.Model] | None = None,
         *,
         policy: VersionPolicy | None = None,
         warmup: Any = None,
@@ -467,19 +494,26 @@ class ModelRegistry:
     ) -> ScanReport:
         """Serve the versions of ``name`` found under ``base_path``, and scan it now.
 
-        ``base_path`` holds one directory of checkpoints per version,
-        ``<base_path>/<version>/`` (TensorFlow Serving's layout; a
-        :class:`CheckpointKeeper` writing to ``<base_path>/7`` makes version 7).
-        Each :meth:`scan` loads the versions the policy wants and does not have
-        yet (the factory builds the model, the version's latest checkpoint is
-        restored into it), makes the newest wanted version the default, and
-        retires the versions this watch loaded that left the policy, through
-        the normal drain.
+        ``base_path`` holds one directory per version, ``<base_path>/<version>/``
+        (TensorFlow Serving's layout), with a SavedModel (``model.export(dir)``),
+        one ``.keras`` archive, or checkpoints (a :class:`CheckpointKeeper`
+        writing to ``<base_path>/7`` makes version 7). A version counts once it
+        is complete, so a directory still being written (or written as
+        ``.tmp-7`` and renamed) is never loaded half-way; names that are not
+        integers are ignored. Each :meth:`scan` loads the versions the policy
+        wants and does not have yet (a SavedModel or archive as :meth:`load`
+        does; for checkpoints the factory builds the model and the version's
+        latest checkpoint is restored into it), makes the newest wanted
+        version the default, and retires the versions this watch loaded that
+        left the policy, through the normal drain.
 
         Args:
             name: The model's name.
             base_path: The directory of version directories.
-            factory: Builds a fresh, untrained model of the right architecture.
+            factory: Builds a fresh, untrained model of the right architecture,
+                for versions of checkpoints. ``None`` for directories of
+                SavedModels and ``.keras`` archives: a version holding only
+                checkpoints is then reported in :attr:`ScanReport.failed`.
             policy: Which versions to serve; :meth:`VersionPolicy.latest` by default.
             warmup: Sample input for the serving path (see :meth:`load`).
             strict: Refuse checkpoints that do not match the model.
@@ -497,8 +531,10 @@ class ModelRegistry:
             ValueError: ``name`` is already watched, or a bad argument.
         """
         name = check_model_name(name)
-        if not callable(factory):
-            raise TypeError(f"`factory` must be a zero-argument callable. Received: {factory!r}")
+        if factory is not None and not callable(factory):
+            raise TypeError(
+                f"`factory` must be a zero-argument callable or None. Received: {factory!r}"
+            )
         policy = VersionPolicy.latest() if policy is None else policy
         if not isinstance(policy, VersionPolicy):
             raise TypeError(f"`policy` must be a VersionPolicy. Received: {policy!r}")
@@ -542,7 +578,8 @@ class ModelRegistry:
         retire, and old ones retire only once a wanted version is ready (if
         every new version fails, the old ones keep serving); under
         ``RESOURCE_PRESERVING``, versions that left the policy retire first.
-        A version that fails to load (a corrupt checkpoint, a failing factory)
+        A version that fails to load (a corrupt checkpoint or SavedModel, a
+        failing factory, checkpoints without a factory)
         is reported in :attr:`ScanReport.failed` and does not stop the others.
 
         Raises:

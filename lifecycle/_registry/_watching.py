@@ -1,7 +1,8 @@
 """Watching base paths: scans that bring a model's versions in line with its directories.
 
 Each watched model name has a :class:`Watch`: its base path, the factory that
-builds its architecture, the version policy, and the versions this watch
+builds its architecture (for versions of checkpoints; SavedModels and ``.keras``
+archives need none), the version policy, and the versions this watch
 loaded. A scan loads the versions the policy wants and lacks, makes the newest
 the default, and retires the versions it loaded that left the policy. With a
 poll interval, a thread of the watch's own scans repeatedly (TensorFlow
@@ -28,7 +29,7 @@ from ..errors import (
 from ._retiring import Retirement
 from ._status import SwapPolicy
 from ._table import VersionTable
-from ._version_dirs import VersionPolicy, available_versions
+from ._version_dirs import VersionPolicy, available_versions, version_source
 
 __all__ = ["ScanReport", "Watch", "Watcher"]
 
@@ -39,7 +40,7 @@ class ScanReport:
 
     Attributes:
         name: The model's name.
-        available: Versions with a complete checkpoint, ascending.
+        available: Versions with a complete version directory, ascending.
         wanted: Versions the policy serves, ascending.
         loaded: Versions loaded by this scan.
         retired: Versions retired by this scan (they drain, then go).
@@ -62,7 +63,8 @@ class Watch:
     """A watched base path of one model name."""
 
     base: str
-    factory: Callable[[], keras.Model]
+    # None: the versions must be SavedModels or .keras archives.
+    factory: Callable[[], keras.Model] | None
     policy: VersionPolicy
     warmup: Any
     strict: bool
@@ -198,14 +200,7 @@ class Watcher:
         loaded, failed = [], []
         for version in sorted(wanted - present):
             try:
-                self._load(
-                    name,
-                    version,
-                    watch.factory,
-                    warmup=watch.warmup,
-                    checkpoint=os.path.join(watch.base, str(version)),
-                    strict=watch.strict,
-                )
+                self._load_version(name, version, watch)
             except (LoadError, CheckpointError, BudgetExceededError) as error:
                 failed.append((version, f"{type(error).__name__}: {error}"))
             else:
@@ -228,6 +223,36 @@ class Watcher:
         )
         watch.last_error = None
         return watch.last
+
+    def _load_version(self, name: str, version: int, watch: Watch) -> None:
+        """Load one version directory, whatever it holds.
+
+        Raises:
+            LoadError: It holds only checkpoints and the watch has no factory,
+                or it is no longer complete, or the load failed.
+        """
+        directory = os.path.join(watch.base, str(version))
+        source = version_source(directory)
+        if source is None:
+            raise LoadError(f"{directory!r} no longer holds a complete version.")
+        if source.kind != "checkpoints":
+            self._load(name, version, source.path, warmup=watch.warmup)
+            return
+        if watch.factory is None:
+            raise LoadError(
+                f"{directory!r} holds only checkpoints, and restoring them needs the "
+                f"model's architecture: pass watch({name!r}, ..., factory=<a function "
+                "building the model>), or export the version as a SavedModel or a "
+                ".keras archive."
+            )
+        self._load(
+            name,
+            version,
+            watch.factory,
+            warmup=watch.warmup,
+            checkpoint=directory,
+            strict=watch.strict,
+        )
 
     def _retire_leaving(
         self, name: str, watch: Watch, leaving: list[int], wanted: frozenset[int]

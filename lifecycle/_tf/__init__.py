@@ -23,6 +23,7 @@ try:
     )
     from ._release import is_released, release, release_by_device
     from ._resources import external_captures, keras_variables, leaf_nbytes, leaves, model_leaves
+    from ._saved_model import SERVING_SIGNATURE, saved_model_to_keras
     from ._threads import capture_build_scope
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
     import keras as _keras_pkg
@@ -37,6 +38,7 @@ except (ImportError, AttributeError) as exc:  # an internal module or name moved
     ) from exc
 
 __all__ = [
+    "SERVING_SIGNATURE",
     "CompatibilityReport",
     "capture_build_scope",
     "check_compatibility",
@@ -58,5 +60,6 @@ __all__ = [
     "purge_gradient_registry",
     "release",
     "release_by_device",
+    "saved_model_to_keras",
     "strategies",
 ]

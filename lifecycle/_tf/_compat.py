@@ -30,6 +30,7 @@ from . import (
     _purge,
     _release,
     _resources,
+    _saved_model,
     _strategies,
     _threads,
 )
@@ -323,6 +324,11 @@ _CHECKS += (
     (
         "parameter-server variables (CachingVariable._v, AggregatingVariable._v)",
         _check_parameter_server_variables,
+    ),
+    (
+        "SavedModel signature as a Keras model (TFSMLayer.call_endpoint_fn, _reloaded_obj, "
+        "restored custom gradients)",
+        _saved_model.self_check,
     ),
 )
 
