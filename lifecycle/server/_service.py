@@ -1,0 +1,205 @@
+"""ModelService: the one path from every protocol adapter into the registry.
+
+Adapters translate their wire format into calls on this object and its answers
+back; they never touch the registry themselves. Every method is blocking (it
+may run a model or load one): adapters call it on a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._registry import (
+    Inference,
+    ModelRegistry,
+    ServingSignature,
+    VersionState,
+    VersionStatus,
+)
+from ..errors import UnknownModelError
+from ._config import ServedModel, ServerConfig
+
+__all__ = ["ModelService", "keras_versions"]
+
+
+def keras_versions(base_path: str) -> dict[int, str]:
+    """``{version: .keras file}`` of the version directories under ``base_path``.
+
+    A version is ``<base_path>/<version>/`` holding exactly one ``.keras`` file;
+    other directories are skipped.
+
+    Raises:
+        FileNotFoundError: ``base_path`` is not a directory.
+    """
+    if not os.path.isdir(base_path):
+        raise FileNotFoundError(f"Base path {base_path!r} is not a directory.")
+    found = {}
+    for entry in os.scandir(base_path):
+        if not (entry.is_dir() and entry.name.isdigit()):
+            continue
+        files = [f.path for f in os.scandir(entry.path) if f.name.endswith(".keras")]
+        if len(files) == 1:
+            found[int(entry.name)] = files[0]
+    return found
+
+
+@attrs.define(eq=False)
+class ModelService:
+    """What the server does, in the registry's terms.
+
+    Args:
+        registry: The registry that holds and runs the versions; the service
+            does not own it (whoever created it closes it).
+        config: The server's configuration: which models to load.
+    """
+
+    registry: ModelRegistry
+    config: ServerConfig
+    # Set once the configured models are loaded and warmed up.
+    _ready: threading.Event = attrs.field(factory=threading.Event, init=False)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the configured models are loaded and warmed up."""
+        return self._ready.is_set()
+
+    def start(self) -> None:
+        """Load every configured model, then report ready.
+
+        Raises:
+            FileNotFoundError: A base path vanished.
+            LoadError, BudgetExceededError: A version failed to load.
+        """
+        for model in self.config.models:
+            self._load_model(model)
+        self._ready.set()
+
+    # -- status and metadata ------------------------------------------------------
+
+    def versions(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> tuple[VersionStatus, ...]:
+        """The status of ``name``'s versions, or of the one ``version``/``label`` means.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+        """
+        statuses = self.registry.status(name)
+        if label is not None:
+            chosen = tuple(s for s in statuses if label in s.labels)
+            if not chosen:
+                raise UnknownModelError(f"Model {name!r} has no version labelled {label!r}.")
+            return chosen
+        if version is not None:
+            chosen = tuple(s for s in statuses if s.version == version)
+            if not chosen:
+                raise UnknownModelError(
+                    f"Model {name!r} has no version {version}. "
+                    f"Loaded: {[s.version for s in statuses]}"
+                )
+            return chosen
+        return statuses
+
+    def signature(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> tuple[int, ServingSignature]:
+        """The version a request would get, and its serving signature.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+        """
+        signature = self.registry.signature(name, version=version, label=label)
+        if version is None:
+            version = self._serving_version(name, label)
+        return version, signature
+
+    def _serving_version(self, name: str, label: str | None) -> int:
+        for status in self.registry.status(name):
+            if (label in status.labels) if label is not None else status.default:
+                return status.version
+        raise UnknownModelError(f"Model {name!r} has no version ready to serve.")
+
+    def infer(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        version: int | None = None,
+        label: str | None = None,
+    ) -> Inference:
+        """Run a request with named inputs on the version it resolves to.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+            ValueError, TypeError: The inputs do not fit the signature.
+        """
+        return self.registry.infer(name, inputs, version=version, label=label)
+
+    # -- the model repository -----------------------------------------------------
+
+    def repository(self) -> list[tuple[str, int | None, str]]:
+        """``(name, version, state)`` of loaded versions and unloaded configured models."""
+        rows: list[tuple[str, int | None, str]] = [
+            (s.name, s.version, s.state.name) for s in self.registry.status()
+        ]
+        loaded = {name for name, _, _ in rows}
+        rows += [(m.name, None, "UNAVAILABLE") for m in self.config.models if m.name not in loaded]
+        return rows
+
+    def load(self, name: str) -> None:
+        """Load a configured model's versions (those its policy wants and not loaded yet).
+
+        Raises:
+            UnknownModelError: ``name`` is not in the server's configuration.
+        """
+        for model in self.config.models:
+            if model.name == name:
+                self._load_model(model)
+                return
+        raise UnknownModelError(
+            f"Model {name!r} is not in the server's configuration: "
+            f"{[m.name for m in self.config.models]}"
+        )
+
+    def unload(self, name: str) -> None:
+        """Retire every version of ``name``: the default last.
+
+        Raises:
+            UnknownModelError: ``name`` is not loaded.
+            ValueError: A label points to a version (re-point or restart first).
+        """
+        statuses = self.versions(name)
+        for status in sorted(statuses, key=lambda s: s.default):
+            if status.state is VersionState.READY:
+                self.registry.unload(name, status.version)
+
+    def _load_model(self, model: ServedModel) -> None:
+        files = keras_versions(model.base_path)
+        present = {s.version for s in self._statuses(model.name)}
+        wanted = sorted(model.policy.select(files))
+        if not wanted:
+            raise FileNotFoundError(
+                f"Model {model.name!r}: no version directory under {model.base_path!r} "
+                "holds a .keras file that its version policy serves."
+            )
+        stray = {lb: v for lb, v in model.labels.items() if v not in wanted}
+        if stray:
+            raise ValueError(
+                f"Model {model.name!r}: labels {stray} point to versions not served "
+                f"(served: {wanted})."
+            )
+        for version in wanted:
+            if version not in present:
+                labels = [lb for lb, v in model.labels.items() if v == version]
+                self.registry.load(model.name, version, files[version], labels=labels)
+        self.registry.promote(model.name, wanted[-1])
+
+    def _statuses(self, name: str) -> tuple[VersionStatus, ...]:
+        try:
+            return self.registry.status(name)
+        except UnknownModelError:
+            return ()
