@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +29,7 @@ import lifecycle as lc
 from lifecycle.server import ServedModel, ServerConfig, build_app
 
 MAX_REQUEST_BYTES = 64 * 1024
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def constant_model(value: float) -> keras.Model:
@@ -507,3 +511,42 @@ def test_bad_model_config_files(tmp_path, text, fragment):
     with pytest.raises(ValueError, match="--model_config_file") as caught:
         ServerConfig.from_flags(model_config_file=str(path))
     assert fragment in str(caught.value)
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
+    port = free_port()
+    command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
+    flags = ["--rest_api_port", str(port), "--model_name", "risk"]
+    flags += ["--model_base_path", str(models_root / "risk"), "--drain_seconds", "5"]
+    process = subprocess.Popen(
+        [*command, *flags],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "lifecycle serve was not ready within 180 s"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200:
+                    break
+            time.sleep(0.2)
+        body = {"instances": [[0.0, 0.0, 0.0]]}
+        answer = httpx.post(f"{url}/v1/models/risk:predict", json=body, timeout=30)
+        assert answer.json() == {"predictions": [[3.0, 3.0]]}  # the latest version, 3
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output
+        assert "Shutting down" in output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
