@@ -91,8 +91,9 @@ class ServerConfig:
 
     Example:
         >>> from lifecycle.server import ServerConfig
-        >>> ServerConfig.from_flags(model_name="risk", model_base_path="/models/risk").host
-        '127.0.0.1'
+        >>> config = ServerConfig.from_flags(rest_api_port=8601)
+        >>> config.host, config.rest_api_port, config.models
+        ('127.0.0.1', 8601, ())
     """
 
     models: tuple[ServedModel, ...] = attrs.field(default=(), converter=tuple)

@@ -151,7 +151,10 @@ class ModelService:
         return rows
 
     def load(self, name: str) -> None:
-        """Load a configured model's versions (those its policy wants and not loaded yet).
+        """Bring a configured model in line with its base path and version policy.
+
+        Loads the versions the policy wants and are not loaded yet, makes the
+        newest the default, and retires the versions that left the policy.
 
         Raises:
             UnknownModelError: ``name`` is not in the server's configuration.
@@ -197,6 +200,8 @@ class ModelService:
                 labels = [lb for lb, v in model.labels.items() if v == version]
                 self.registry.load(model.name, version, files[version], labels=labels)
         self.registry.promote(model.name, wanted[-1])
+        for version in present - set(wanted):  # left the policy: drained, then disposed
+            self.registry.unload(model.name, version)
 
     def _statuses(self, name: str) -> tuple[VersionStatus, ...]:
         try:
