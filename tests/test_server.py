@@ -64,6 +64,12 @@ def words_model() -> keras.Model:
     return keras.Model(x, keras.layers.StringLookup(vocabulary=["cat", "dog"])(x))
 
 
+def embedding_model() -> keras.Model:
+    """Ids 0-4 only: an id out of range is refused by the model's own gather."""
+    ids = keras.Input((1,), name="ids", dtype="int64")
+    return keras.Model(ids, keras.layers.Embedding(5, 2)(ids))
+
+
 def save(model: keras.Model, base: Path, version: int) -> None:
     (base / str(version)).mkdir(parents=True)
     model.save(base / str(version) / "model.keras")
@@ -81,6 +87,7 @@ model_config_list {
   }
   config { name: "pair" base_path: "%(root)s/pair" }
   config { name: "words" base_path: "%(root)s/words" }
+  config { name: "embed" base_path: "%(root)s/embed" }
 }
 """
 
@@ -93,6 +100,7 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     save(constant_model(3.0), root / "risk", 3)  # not in the config's specific policy
     save(pair_model(), root / "pair", 4)
     save(words_model(), root / "words", 1)
+    save(embedding_model(), root / "embed", 1)
     (root / "models.config").write_text(MODEL_CONFIG % {"root": root})
     return root
 
@@ -286,6 +294,38 @@ def test_bad_predict_requests_are_400_with_a_message(http, content, status, frag
     assert fragment in response.json()["error"]
 
 
+def test_values_the_model_itself_refuses_are_400_and_it_keeps_serving(http):
+    response = http.post("/v1/models/embed:predict", json={"instances": [[7]]})
+    assert response.status_code == 400
+    assert "7 is not in [0, 5)" in response.json()["error"]
+    ok = http.post("/v1/models/embed:predict", json={"instances": [[4]]})
+    assert ok.status_code == 200
+    assert len(ok.json()["predictions"][0][0]) == 2
+
+
+def test_a_repository_load_serves_a_new_version_and_retires_the_old(tmp_path):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(), model_name="m", model_base_path=str(tmp_path / "m")
+    )
+    body = {"instances": [[0.0, 0.0, 0.0]]}
+    with lc.ModelRegistry(name="repository") as registry, running(registry, config) as url:
+        assert httpx.post(f"{url}/v1/models/m:predict", json=body).json() == {
+            "predictions": [[1.0, 1.0]]
+        }
+        save(constant_model(5.0), tmp_path / "m", 2)
+        assert httpx.post(f"{url}/v2/repository/models/m/load", json={}).status_code == 200
+        assert httpx.post(f"{url}/v1/models/m:predict", json=body).json() == {
+            "predictions": [[5.0, 5.0]]
+        }
+        deadline = time.monotonic() + 30
+        while [s.version for s in registry.status("m")] != [2]:
+            assert time.monotonic() < deadline, registry.status("m")
+            time.sleep(0.05)
+        one = httpx.get(f"{url}/v1/models/m/versions/1")
+        assert one.status_code == 404
+
+
 def test_bad_paths_and_verbs(http):
     classify = http.post("/v1/models/risk:classify", json={"examples": []})
     assert classify.status_code == 400
@@ -430,6 +470,7 @@ def test_v2_repository_index_unload_and_load(v2):
         ("risk", "2"): "READY",
         ("pair", "4"): "READY",
         ("words", "1"): "READY",
+        ("embed", "1"): "READY",
     }
     v2.unload_model("words")
     deadline = time.monotonic() + 30
@@ -467,7 +508,7 @@ def test_config_defaults_to_loopback_and_tensorflow_serving_ports(models_root):
 
 def test_config_file_policies_and_labels(models_root):
     config = ServerConfig.from_flags(model_config_file=str(models_root / "models.config"))
-    risk, pair, _ = config.models
+    risk, pair, *_ = config.models
     assert risk.policy == lc.VersionPolicy.specific([1, 2])
     assert risk.labels == {"stable": 1, "canary": 2}
     assert pair.policy == lc.VersionPolicy.latest()

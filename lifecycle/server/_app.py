@@ -24,7 +24,7 @@ from starlette.routing import Route
 from .._core import tune_allocator
 from .._registry import ModelRegistry
 from ._config import ServerConfig
-from ._errors import ERRORS, error_status
+from ._errors import ERRORS, error_status, wire_message
 from ._http import blocking, json_response
 from ._kserve import routes as kserve_routes
 from ._service import ModelService
@@ -70,9 +70,7 @@ def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
         status = error_status(error)
         if status.status >= 500:
             _log.error("%s %s failed", request.method, request.url.path, exc_info=error)
-        return json_response(
-            {"error": str(error.args[0]) if error.args else repr(error)}, status.status
-        )
+        return json_response({"error": wire_message(error)}, status.status)
 
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)

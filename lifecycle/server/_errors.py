@@ -13,6 +13,7 @@ request body over the limit is 413 and a load that cannot fit the memory budget
 from __future__ import annotations
 
 import attrs
+import tensorflow as tf
 
 from ..errors import (
     BudgetExceededError,
@@ -22,7 +23,14 @@ from ..errors import (
     UnknownModelError,
 )
 
-__all__ = ["ERRORS", "BadRequestError", "PayloadTooLargeError", "WireError", "error_status"]
+__all__ = [
+    "ERRORS",
+    "BadRequestError",
+    "PayloadTooLargeError",
+    "WireError",
+    "error_status",
+    "wire_message",
+]
 
 
 class BadRequestError(ValueError):
@@ -54,6 +62,9 @@ ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
     (UnavailableError, WireError(503, "UNAVAILABLE")),
     (LoadError, WireError(500, "INTERNAL")),
     (ValueError, WireError(400, "INVALID_ARGUMENT")),
+    # Values the signature cannot check, refused by the model's own ops (an id
+    # out of an embedding's range, say).
+    (tf.errors.InvalidArgumentError, WireError(400, "INVALID_ARGUMENT")),
     (TypeError, WireError(400, "INVALID_ARGUMENT")),
     # Anything else of the library's once the registry is closed: shutting down.
     (LifecycleError, WireError(503, "UNAVAILABLE")),
@@ -68,3 +79,17 @@ def error_status(error: BaseException) -> WireError:
         if isinstance(error, kind):
             return wire
     return _INTERNAL
+
+
+def wire_message(error: BaseException) -> str:
+    """The message an error answer carries: the error's own words, without traces.
+
+    A TensorFlow op error raised in a traced function ends with its own words,
+    after where the op was defined; a ``LookupError``'s is its argument, not
+    ``str()``'s quoted repr.
+    """
+    if isinstance(error, tf.errors.OpError):
+        return error.message.strip().split("\n\n")[-1].splitlines()[0]
+    if error.args and isinstance(error.args[0], str):
+        return error.args[0]
+    return str(error) or type(error).__name__
