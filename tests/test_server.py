@@ -71,8 +71,11 @@ def embedding_model() -> keras.Model:
 
 
 def save(model: keras.Model, base: Path, version: int) -> None:
-    (base / str(version)).mkdir(parents=True)
-    model.save(base / str(version) / "model.keras")
+    """Publish a version as a training job should: written aside, then renamed into place."""
+    aside = base / f".writing-{version}"
+    aside.mkdir(parents=True)
+    model.save(aside / "model.keras")
+    aside.rename(base / str(version))
 
 
 MODEL_CONFIG = """
@@ -326,6 +329,52 @@ def test_a_repository_load_serves_a_new_version_and_retires_the_old(tmp_path):
         assert one.status_code == 404
 
 
+def answer(url: str, name: str = "m") -> object:
+    body = {"instances": [[0.0, 0.0, 0.0]]}
+    return httpx.post(f"{url}/v1/models/{name}:predict", json=body, timeout=30).json()
+
+
+def wait_until(predicate, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.05)
+
+
+def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_path, caplog):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_name="m",
+        model_base_path=str(tmp_path / "m"),
+        file_system_poll_wait_seconds=0.1,
+    )
+    with lc.ModelRegistry(name="polling") as registry, running(registry, config) as url:
+        save(constant_model(5.0), tmp_path / "m", 2)
+        wait_until(lambda: answer(url) == {"predictions": [[5.0, 5.0]]}, "version 2 served")
+        wait_until(lambda: [s.version for s in registry.status("m")] == [2], "1 retired")
+
+        (tmp_path / "m" / "3").mkdir()
+        (tmp_path / "m" / "3" / "model.keras").write_bytes(b"not a keras archive")
+        wait_until(lambda: "version 3 failed" in caplog.text, "the failed load logged")
+        time.sleep(0.5)  # several polls: the broken version is not retried
+        assert caplog.text.count("version 3 failed") == 1
+        assert answer(url) == {"predictions": [[5.0, 5.0]]}
+
+        unload = httpx.post(f"{url}/v2/repository/models/m/unload", json={})
+        assert unload.status_code == 200
+        wait_until(lambda: not registry.status(), "m unloaded")
+        time.sleep(0.5)  # several polls: an explicit unload stays unloaded
+        assert httpx.get(f"{url}/v2/models/m/ready").status_code == 400
+        # An explicit load tries the newest version again, and says why it fails.
+        broken = httpx.post(f"{url}/v2/repository/models/m/load", json={})
+        assert broken.status_code == 500
+        assert "Loading 'm' version 3 failed" in broken.json()["error"]
+        (tmp_path / "m" / "3" / "model.keras").unlink()
+        assert httpx.post(f"{url}/v2/repository/models/m/load", json={}).status_code == 200
+        assert answer(url) == {"predictions": [[5.0, 5.0]]}
+
+
 def test_bad_paths_and_verbs(http):
     classify = http.post("/v1/models/risk:classify", json={"examples": []})
     assert classify.status_code == 400
@@ -520,6 +569,11 @@ def test_config_file_policies_and_labels(models_root):
         ({"rest_api_port": 70000}, ValueError, "--rest_api_port must be a port number"),
         ({"max_request_bytes": 0}, ValueError, "--max_request_bytes must be a number > 0"),
         ({"memory_budget": -1}, ValueError, "--memory_budget must be a number > 0"),
+        (
+            {"file_system_poll_wait_seconds": -1},
+            ValueError,
+            "--file_system_poll_wait_seconds must be a number >= 0",
+        ),
         ({"model_name": "risk"}, ValueError, "--model_name needs --model_base_path"),
         ({"model_base_path": "/no/such/dir"}, FileNotFoundError, "--model_base_path"),
         ({"model_config_file": "/no/such.config"}, FileNotFoundError, "--model_config_file"),

@@ -49,6 +49,11 @@ def serve(
     drain_seconds: float = typer.Option(
         10.0, "--drain_seconds", help="On SIGTERM/SIGINT, seconds requests in flight may take."
     ),
+    file_system_poll_wait_seconds: float = typer.Option(
+        0.0,
+        "--file_system_poll_wait_seconds",
+        help="Look for new versions under the base paths this often; 0: only at start-up.",
+    ),
 ) -> None:
     """Serve models over TensorFlow Serving's REST API and KServe's v2 protocol.
 
@@ -77,6 +82,7 @@ def serve(
             max_loaded=max_loaded,
             max_request_bytes=max_request_bytes,
             drain_seconds=drain_seconds,
+            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
         )
     except (ValueError, FileNotFoundError) as error:
         console().print(f"lifecycle serve: {error}", markup=False)

@@ -64,7 +64,10 @@ def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await blocking(service.start)
-        yield
+        try:
+            yield
+        finally:
+            await blocking(service.stop)
 
     async def wire_error(request: Request, error: Exception) -> Response:
         status = error_status(error)

@@ -67,6 +67,14 @@ def _positive(flag: str, *, optional: bool = False) -> object:
     return check
 
 
+def _non_negative(flag: str) -> object:
+    def check(_: object, __: object, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{flag} must be a number >= 0. Received: {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class ServerConfig:
     """How ``lifecycle serve`` runs: address, models, limits, the registry's settings.
@@ -83,6 +91,9 @@ class ServerConfig:
         max_request_bytes: The largest request body accepted (``--max_request_bytes``).
         drain_seconds: On SIGTERM/SIGINT, how long requests in flight may take
             to finish, and leases to drain, before the process exits.
+        file_system_poll_wait_seconds: How often to look for new versions under
+            the base paths (``--file_system_poll_wait_seconds``); 0: only at
+            start-up and on a repository load request.
         loader_nice: The registry's ``loader_nice`` (Linux): loads yield the
             cores to requests. ``None`` elsewhere.
         loader_gil_share: The registry's ``loader_gil_share``.
@@ -109,6 +120,9 @@ class ServerConfig:
         default=64 * 2**20, validator=_positive("--max_request_bytes")
     )
     drain_seconds: float = attrs.field(default=10.0, validator=_positive("--drain_seconds"))
+    file_system_poll_wait_seconds: float = attrs.field(
+        default=0.0, validator=_non_negative("--file_system_poll_wait_seconds")
+    )
     loader_nice: int | None = 10 if sys.platform.startswith("linux") else None
     loader_gil_share: float = 0.5
     freeze_heap: bool = True
@@ -133,6 +147,7 @@ class ServerConfig:
         max_loaded: int | None = None,
         max_request_bytes: int = 64 * 2**20,
         drain_seconds: float = 10.0,
+        file_system_poll_wait_seconds: float = 0.0,
     ) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
@@ -164,6 +179,7 @@ class ServerConfig:
             max_loaded=max_loaded,
             max_request_bytes=max_request_bytes,
             drain_seconds=drain_seconds,
+            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
         )
 
 

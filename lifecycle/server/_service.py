@@ -7,6 +7,7 @@ may run a model or load one): adapters call it on a worker thread.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ from ..errors import UnknownModelError
 from ._config import ServedModel, ServerConfig
 
 __all__ = ["ModelService", "keras_versions"]
+
+_log = logging.getLogger("lifecycle.server")
 
 
 def keras_versions(base_path: str) -> dict[int, str]:
@@ -62,6 +65,16 @@ class ModelService:
     config: ServerConfig
     # Set once the configured models are loaded and warmed up.
     _ready: threading.Event = attrs.field(factory=threading.Event, init=False)
+    # Serialises loads and unloads of configured models (requests, the poller).
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    # Models unloaded through the repository API: polling leaves them alone
+    # until a repository load.
+    _unloaded: set[str] = attrs.field(factory=set, init=False)
+    # (.keras file, its mtime) of versions whose load failed: not retried by
+    # polling until the file changes.
+    _failed: set[tuple[str, float]] = attrs.field(factory=set, init=False)
+    _stop: threading.Event = attrs.field(factory=threading.Event, init=False)
+    _poller: threading.Thread | None = attrs.field(default=None, init=False)
 
     @property
     def ready(self) -> bool:
@@ -76,8 +89,32 @@ class ModelService:
             LoadError, BudgetExceededError: A version failed to load.
         """
         for model in self.config.models:
-            self._load_model(model)
+            with self._lock:
+                self._load_model(model)
         self._ready.set()
+        if self.config.file_system_poll_wait_seconds > 0 and self.config.models:
+            self._poller = threading.Thread(
+                target=self._poll, name="lifecycle-server-poller", daemon=True
+            )
+            self._poller.start()
+
+    def stop(self) -> None:
+        """Stop polling the base paths (waits for a poll in progress). Safe to call twice."""
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+
+    def _poll(self) -> None:
+        """Every ``file_system_poll_wait_seconds``, bring each model in line with its base path."""
+        while not self._stop.wait(self.config.file_system_poll_wait_seconds):
+            for model in self.config.models:
+                with self._lock:
+                    if self._stop.is_set() or model.name in self._unloaded:
+                        continue
+                    try:
+                        self._load_model(model, polling=True)
+                    except Exception:
+                        _log.exception("Polling %r under %r failed", model.name, model.base_path)
 
     # -- status and metadata ------------------------------------------------------
 
@@ -161,7 +198,9 @@ class ModelService:
         """
         for model in self.config.models:
             if model.name == name:
-                self._load_model(model)
+                with self._lock:
+                    self._unloaded.discard(name)
+                    self._load_model(model)
                 return
         raise UnknownModelError(
             f"Model {name!r} is not in the server's configuration: "
@@ -175,15 +214,26 @@ class ModelService:
             UnknownModelError: ``name`` is not loaded.
             ValueError: A label points to a version (re-point or restart first).
         """
-        statuses = self.versions(name)
-        for status in sorted(statuses, key=lambda s: s.default):
-            if status.state is VersionState.READY:
-                self.registry.unload(name, status.version)
+        with self._lock:
+            statuses = self.versions(name)
+            for status in sorted(statuses, key=lambda s: s.default):
+                if status.state is VersionState.READY:
+                    self.registry.unload(name, status.version)
+            self._unloaded.add(name)
 
-    def _load_model(self, model: ServedModel) -> None:
+    def _load_model(self, model: ServedModel, *, polling: bool = False) -> None:
+        """Load what the policy wants, promote the newest, retire what left it.
+
+        Polling skips versions whose file failed to load before (until it
+        changes) and keeps serving what it has when a load fails.
+        """
         files = keras_versions(model.base_path)
+        if polling:
+            files = {v: f for v, f in files.items() if (f, os.path.getmtime(f)) not in self._failed}
         present = {s.version for s in self._statuses(model.name)}
         wanted = sorted(model.policy.select(files))
+        if not wanted and polling:
+            return
         if not wanted:
             raise FileNotFoundError(
                 f"Model {model.name!r}: no version directory under {model.base_path!r} "
@@ -198,7 +248,11 @@ class ModelService:
         for version in wanted:
             if version not in present:
                 labels = [lb for lb, v in model.labels.items() if v == version]
-                self.registry.load(model.name, version, files[version], labels=labels)
+                try:
+                    self.registry.load(model.name, version, files[version], labels=labels)
+                except Exception:
+                    self._failed.add((files[version], os.path.getmtime(files[version])))
+                    raise
         self.registry.promote(model.name, wanted[-1])
         for version in present - set(wanted):  # left the policy: drained, then disposed
             self.registry.unload(model.name, version)
