@@ -512,7 +512,7 @@ def test_v2_unknown_model_and_binary_data(v2, http):
     assert "has 2 values, but its shape [1, 3] holds 3" in response.json()["error"]
 
 
-def test_v2_repository_index_unload_and_load(v2):
+def test_v2_repository_index_unload_and_load(v2, server):
     index = {(m["name"], m["version"]): m["state"] for m in v2.get_model_repository_index()}
     assert index == {
         ("risk", "1"): "READY",
@@ -521,6 +521,10 @@ def test_v2_repository_index_unload_and_load(v2):
         ("words", "1"): "READY",
         ("embed", "1"): "READY",
     }
+    ready_only = httpx.post(f"{server}/v2/repository/index", json={"ready": True})
+    assert len(ready_only.json()) == 5
+    too_big = httpx.post(f"{server}/v2/repository/index", content=b" " * (MAX_REQUEST_BYTES + 1))
+    assert too_big.status_code == 413
     v2.unload_model("words")
     deadline = time.monotonic() + 30
     while v2.is_model_ready("words") and time.monotonic() < deadline:

@@ -17,8 +17,13 @@ __all__ = ["blocking", "json_response", "read_json"]
 T = TypeVar("T")
 
 
-async def read_json(request: Request, limit: int) -> Any:
+async def read_json(request: Request, limit: int, *, empty: Any = None) -> Any:
     """The request's JSON body, read no further than ``limit`` bytes.
+
+    Args:
+        request: The request.
+        limit: The most bytes to read.
+        empty: What an empty body means; ``None``: an empty body is not JSON.
 
     Raises:
         PayloadTooLargeError: The body (declared or read) is over ``limit``.
@@ -36,6 +41,8 @@ async def read_json(request: Request, limit: int) -> Any:
             raise PayloadTooLargeError(
                 f"The request body is over {limit} bytes, the most this server takes."
             )
+    if not body and empty is not None:
+        return empty
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as error:

@@ -103,7 +103,7 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
         return json_response(await blocking(_infer, service, name, version, body))
 
     async def index(request: Request) -> Response:
-        body = await read_json(request, max_request_bytes) if await request.body() else {}
+        body = await read_json(request, max_request_bytes, empty={})
         only_ready = isinstance(body, dict) and body.get("ready") is True
         rows = await blocking(service.repository)
         return json_response(
