@@ -9,6 +9,7 @@ imported only when the command runs, so ``--help`` answers at once.
 # No `from __future__ import annotations`: typer reads the command's annotations
 # at run time.
 import os
+import sys
 
 import typer
 
@@ -60,8 +61,10 @@ def serve(
     The port opens once the models are loaded and warmed up. SIGTERM or SIGINT
     stops accepting, drains requests in flight, unloads every version and exits 0.
     """
-    # A serving process is better off without oneDNN's caching allocator (docs/registry.md).
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    if "tensorflow" not in sys.modules:  # read once, when TensorFlow is imported
+        # A serving process is better off without oneDNN's caching allocator
+        # (docs/registry.md).
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import_library()
     try:
         from lifecycle.server import ServerConfig
