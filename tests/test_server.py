@@ -645,7 +645,30 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
         output, _ = process.communicate(timeout=60)
         assert process.returncode == 0, output
         assert "Shutting down" in output
+        assert "Registry closed: 1 version(s) drained and disposed." in output
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate(timeout=30)
+
+
+@pytest.mark.subprocess
+def test_the_library_does_not_import_the_server_and_a_missing_extra_names_the_install(
+    run_child,
+):
+    out = run_child(
+        """
+        import sys
+        import lifecycle
+        print("server imported:", [m for m in ("lifecycle.server", "starlette", "uvicorn")
+                                    if m in sys.modules])
+        sys.modules["uvicorn"] = None  # as if the serve extra were not installed
+        try:
+            import lifecycle.server
+        except ImportError as error:
+            print("error:", error)
+        """
+    )
+    assert "server imported: []" in out
+    assert "error: lifecycle.server needs the serve extra (uvicorn is missing): " in out
+    assert 'pip install "keras-lifecycle[serve]"' in out

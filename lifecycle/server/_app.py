@@ -172,6 +172,11 @@ def serve(config: ServerConfig) -> None:
     try:
         server.run()
     finally:
+        versions = len(registry.status())
         registry.close()
+        # uvicorn's logger: configured by uvicorn, so its lines reach the console.
+        logging.getLogger("uvicorn.error").info(
+            "Registry closed: %d version(s) drained and disposed.", versions
+        )
     if not server.started:
         raise SystemExit(1)
