@@ -17,9 +17,12 @@ from ._disposal import DisposeReport as DisposeReport
 from ._model import ManagedModel as ManagedModel
 from ._model import ModelStatistics as ModelStatistics
 from ._model import manage as manage
+from ._registry import Inference as Inference
 from ._registry import ModelRegistry as ModelRegistry
+from ._registry import NamedTensorSpec as NamedTensorSpec
 from ._registry import RegistryStatistics as RegistryStatistics
 from ._registry import ScanReport as ScanReport
+from ._registry import ServingSignature as ServingSignature
 from ._registry import SwapPolicy as SwapPolicy
 from ._registry import VersionPolicy as VersionPolicy
 from ._registry import VersionState as VersionState
@@ -69,6 +72,7 @@ __all__ = [
     "DisposeReport",
     "DisposedError",
     "DrainTimeoutError",
+    "Inference",
     "LeakReport",
     "LifecycleError",
     "LifecycleSession",
@@ -77,10 +81,12 @@ __all__ = [
     "ModelRegistry",
     "ModelState",
     "ModelStatistics",
+    "NamedTensorSpec",
     "NotAModelError",
     "RegistryStatistics",
     "ScanReport",
     "ServingFunction",
+    "ServingSignature",
     "SessionState",
     "SessionStatistics",
     "Statistics",

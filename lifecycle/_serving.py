@@ -60,6 +60,23 @@ class ServingFunction:
         finally:
             gate.exit()
 
+    def structure(self) -> tuple[Any, Any]:
+        """The traced input signature and the outputs' specs, as nests of ``tf.TensorSpec``.
+
+        Raises:
+            ValueError: The function was created without an input signature.
+            DisposedError: The model has been disposed.
+        """
+        if self._function is None:
+            raise disposed_error(self._model, "its serving function")
+        if self._function.input_signature is None:
+            raise ValueError("A serving function without an input signature has no structure.")
+        concrete = self._function.get_concrete_function()
+        outputs = tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape, t.dtype), concrete.structured_outputs
+        )
+        return self._function.input_signature[0], outputs
+
     def _drop(self) -> None:
         # Called by dispose() once calls have drained: the traced graph holds
         # the model's handles.

@@ -25,8 +25,17 @@ def app():
 def test_help_lists_the_commands(app):
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("soak", "inspect", "version"):
+    for command in ("soak", "inspect", "serve", "version"):
         assert command in result.output
+
+
+def test_serve_refuses_a_bad_flag_naming_it(app):
+    result = runner.invoke(app, ["serve", "--rest_api_port", "70000"])
+    assert result.exit_code == 2
+    assert "--rest_api_port must be a port number, 0-65535. Received: 70000" in result.output
+    result = runner.invoke(app, ["serve", "--model_base_path", "/no/such/models"])
+    assert result.exit_code == 2
+    assert "'/no/such/models' is not a directory" in result.output
 
 
 def test_help_names_the_inspect_target_in_capitals(app):
@@ -265,7 +274,9 @@ finally:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("args", [["--help"], ["version"], ["inspect", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["version"], ["inspect", "--help"], ["serve", "--help"]]
+)
 def test_help_and_version_do_not_import_tensorflow(args):
     result = subprocess.run(
         [sys.executable, "-c", AS_INSTALLED, *args],

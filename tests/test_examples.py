@@ -23,6 +23,7 @@ EXPECTED = {
     "daily_incremental_training.py": "RSS growth per generation",
     "monitoring.py": "module app.debug → .LAST_MODELS → list[0]",
     "serve_checkpointed_versions.py": "still serving v2: 2.0",
+    "serving_http.py": "after loading version 3: [[3.0, 3.0]]",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
@@ -64,11 +65,19 @@ def no_request_failed(out: str) -> None:
     line_matching(r"; failed: 0$", out)
 
 
+def both_protocols_answered_and_bad_input_was_refused(out: str) -> None:
+    line_matching(r"^TF Serving predict from version 2: \[\[2\.0, 2\.0\]\]$", out)
+    line_matching(r"^KServe v2 infer from version 2: \[2\.0, 2\.0\]$", out)
+    line_matching(r"^a wrong shape is refused with 400: Input 'features' has shape", out)
+    line_matching(r"^versions: \{'3': 'AVAILABLE'(, '2': '(UNLOADING|END)')?\}$", out)
+
+
 # What an example's output must show beyond its fragment in EXPECTED.
 CLAIMS: dict[str, Callable[[str], None]] = {
     "ab_loading.py": user_7_sticks_and_the_split_is_90_10,
     "serving.py": every_client_was_refused_after_dispose,
     "hot_swap_serving.py": no_request_failed,
+    "serving_http.py": both_protocols_answered_and_bad_input_was_refused,
 }
 
 
@@ -138,6 +147,12 @@ def test_the_claims_fail_on_the_outputs_they_reject():
         )
     with pytest.raises(AssertionError, match="no line matches"):
         no_request_failed("requests per version: {1: 10}; failed: 3\n")
+    with pytest.raises(AssertionError, match="refused with 400"):
+        both_protocols_answered_and_bad_input_was_refused(
+            "TF Serving predict from version 2: [[2.0, 2.0]]\n"
+            "KServe v2 infer from version 2: [2.0, 2.0]\n"
+            "a wrong shape is refused with 500: Internal Server Error\n"
+        )
 
 
 @pytest.mark.subprocess

@@ -5,6 +5,9 @@ concern, named in its docstring.
 """
 
 from ._registry import ModelRegistry as ModelRegistry
+from ._signature import Inference as Inference
+from ._signature import NamedTensorSpec as NamedTensorSpec
+from ._signature import ServingSignature as ServingSignature
 from ._status import RegistryStatistics as RegistryStatistics
 from ._status import SwapPolicy as SwapPolicy
 from ._status import VersionState as VersionState
@@ -14,9 +17,12 @@ from ._version_dirs import available_versions as available_versions
 from ._watching import ScanReport as ScanReport
 
 __all__ = [
+    "Inference",
     "ModelRegistry",
+    "NamedTensorSpec",
     "RegistryStatistics",
     "ScanReport",
+    "ServingSignature",
     "SwapPolicy",
     "VersionPolicy",
     "VersionState",

@@ -26,6 +26,7 @@ from .._model import manage
 from .._serving import serving_function
 from .._session import LifecycleSession
 from ..errors import CheckpointError, LoadError
+from ._signature import signature_of
 from ._version_dirs import is_saved_model
 from ._versions import LoadedVersion
 from ._warmup_file import WarmupRequests, read_warmup_requests
@@ -150,6 +151,7 @@ def build_version(
             serve = serving_function(model, _specs(sample))
             for request in replay or (sample,):
                 serve(request)
+            signature = signature_of(serve, _input_names(model))
     except CheckpointError:
         session.close()
         raise
@@ -159,7 +161,7 @@ def build_version(
             f"Loading {name!r} version {version} failed in its {stage}: "
             f"{type(error).__name__}: {error}. The partial model was disposed."
         ) from error
-    loaded.model, loaded.serve = model, serve
+    loaded.model, loaded.serve, loaded.signature = model, serve, signature
     loaded.nbytes = model.owned_bytes
     loaded.load_seconds = time.perf_counter() - started
     return loaded
@@ -195,6 +197,14 @@ def _specs(sample: Any) -> Any:
         return tf.TensorSpec([None, *tensor.shape[1:]], tensor.dtype)
 
     return tf.nest.map_structure(spec, sample)
+
+
+def _input_names(model: keras.Model) -> list[str]:
+    """The names of a model's inputs (``keras.Input(name=...)``), ``[]`` if it has none."""
+    try:
+        return [tensor.name for tensor in model.inputs or ()]
+    except (AttributeError, ValueError):
+        return []
 
 
 def _sample_from_inputs(model: keras.Model) -> Any:

@@ -39,6 +39,7 @@ from .._session import LifecycleSession, freeze_heap
 from ..errors import BudgetExceededError, LifecycleError, LoadError
 from ._building import build_version, factory_of, warmup_of
 from ._retiring import Retirement
+from ._signature import Inference, ServingSignature
 from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
 from ._table import VersionTable
 from ._version_dirs import VersionPolicy, available_versions
@@ -420,6 +421,79 @@ class ModelRegistry:
             return loaded.serve(inputs)  # type: ignore[misc]
         finally:
             self._release(loaded)
+
+    def infer(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        *,
+        key: str | bytes | int | None = None,
+        version: int | None = None,
+        label: str | None = None,
+    ) -> Inference:
+        """Run a version's serving function on named inputs; get named outputs.
+
+        The names are the version's :meth:`signature`. Each input is checked
+        against it (name, dtype, shape) before anything runs. Chooses the
+        version as :meth:`lease` does.
+
+        Args:
+            name: The model.
+            inputs: ``{input name: array-like}``; every input of the signature.
+            key: A sticky routing key (see :meth:`route`).
+            version: Serve this version.
+            label: Serve the version this label points to.
+
+        Returns:
+            An :class:`Inference` with the outputs as NumPy arrays.
+
+        Raises:
+            ValueError: An input is missing, unknown, or of the wrong shape.
+            TypeError: An input's values do not convert to its dtype.
+            UnknownModelError: No such model, version or label.
+            UnavailableError: No routable version appeared within ``lease_timeout``.
+
+        Example:
+            >>> import keras, lifecycle as lc
+            >>> def factory():
+            ...     x = keras.Input((2,), name="x")
+            ...     return keras.Model(x, keras.layers.Dense(1)(x))
+            >>> with lc.ModelRegistry() as registry:
+            ...     _ = registry.load("risk", 1, factory)
+            ...     registry.infer("risk", {"x": [[1.0, 2.0]]}).outputs["output_0"].shape
+            (1, 1)
+        """
+        if not isinstance(inputs, Mapping):
+            raise TypeError(
+                f"`inputs` must be a mapping of input names to values. Received: {inputs!r}"
+            )
+        loaded = self._acquire(name, version, label, key)
+        try:
+            signature = loaded.signature
+            assert signature is not None and loaded.serve is not None
+            outputs = signature.name_outputs(loaded.serve(signature.feed(inputs)))
+            return Inference(
+                name=name,
+                version=loaded.version,
+                outputs={k: v.numpy() for k, v in outputs.items()},
+            )
+        finally:
+            self._release(loaded)
+
+    def signature(
+        self, name: str, *, version: int | None = None, label: str | None = None
+    ) -> ServingSignature:
+        """The serving signature of the version a request would get (no lease taken).
+
+        Chooses the version as :meth:`lease` does, without a route key.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+            UnavailableError: No version is routable yet.
+        """
+        signature = self._table.peek(name, version, label).signature
+        assert signature is not None
+        return signature
 
     def _acquire(
         self, name: str, version: int | None, label: str | None, key: Any

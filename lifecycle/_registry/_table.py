@@ -222,6 +222,22 @@ class VersionTable:
             )
         return None
 
+    def peek(self, name: str, version: int | None, label: str | None) -> LoadedVersion:
+        """The version a request would lease now, without leasing it (metadata reads).
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+            UnavailableError: Nothing routable yet (a load or swap in progress).
+        """
+        with self.cond:
+            loaded = self._resolve(name, version, label, None)
+            if loaded is None:
+                raise UnavailableError(
+                    f"No routable version of {name!r} yet (a load or swap is in progress). "
+                    "Retry later."
+                )
+            return loaded
+
     def release(self, loaded: LoadedVersion) -> bool:
         """Return a lease; True when it was the last lease of a retiring version."""
         with self.cond:

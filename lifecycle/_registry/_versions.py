@@ -10,6 +10,7 @@ import attrs
 from .._model import ManagedModel
 from .._serving import ServingFunction
 from .._session import LifecycleSession
+from ._signature import ServingSignature
 from ._status import VersionState, VersionStatus
 
 __all__ = ["LoadedVersion", "ModelEntry"]
@@ -29,6 +30,8 @@ class LoadedVersion:
     # Set when the build succeeds; None again once disposed.
     model: ManagedModel | None = None
     serve: ServingFunction | None = None
+    # Read once from `serve` after the build.
+    signature: ServingSignature | None = None
     state: VersionState = VersionState.LOADING
     nbytes: int = 0
     load_seconds: float = 0.0

@@ -1,9 +1,9 @@
-"""The ``lifecycle`` command line: ``soak``, ``inspect`` and ``version``.
+"""The ``lifecycle`` command line: ``soak``, ``inspect``, ``serve`` and ``version``.
 
 Needs the ``cli`` extra (typer and rich); ``soak --plot`` needs ``plot``
 (matplotlib). A missing extra is reported with the ``pip install`` that fixes it.
 
-One module per command (``_soak``, ``_inspect``, ``_version``) behind a thin
+One module per command (``_soak``, ``_inspect``, ``_serve``, ``_version``) behind a thin
 application (``_app``) that registers them.
 
 The ``lifecycle`` entry point (``lifecycle_cli``) loads this package without its

@@ -53,6 +53,7 @@ def build_app() -> Any:
 
     from ._command import Command
     from ._inspect import CONTEXT_SETTINGS, inspect
+    from ._serve import serve
     from ._soak import soak
     from ._version import version
 
@@ -62,6 +63,7 @@ def build_app() -> Any:
         add_completion=False,
     )
     app.command(cls=Command)(soak)
+    app.command(cls=Command)(serve)
     app.command(cls=Command, context_settings=CONTEXT_SETTINGS)(inspect)
     app.command(cls=Command)(version)
     return app

@@ -1,0 +1,107 @@
+"""Serve saved Keras models over TensorFlow Serving's REST API and KServe's v2 protocol.
+
+Saves two versions of a model as ``.keras`` files in TensorFlow Serving's layout
+(``<base>/<version>/``), starts the server on a free port of 127.0.0.1 (the app of
+``lifecycle serve``, run here on a thread), and asks it what existing clients ask:
+model status, metadata, a predict in both protocols, a request it must refuse. A new
+version dropped in the base path is loaded through the repository API and served.
+
+Run::
+
+    python examples/serving_http.py
+
+The same server as a command: ``lifecycle serve --model_name risk --model_base_path <base>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+def save_version(base: str, version: int, bias: float) -> None:
+    """A small model that answers ``bias`` for any input: versions are told apart."""
+    import keras
+
+    features = keras.Input((3,), name="features")
+    dense = keras.layers.Dense(
+        2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(bias)
+    )
+    os.makedirs(os.path.join(base, str(version)))
+    keras.Model(features, dense(features)).save(os.path.join(base, str(version), "model.keras"))
+
+
+def call(url: str, body: Any = None) -> tuple[int, Any]:
+    """One HTTP request with a JSON body (POST) or none (GET): status and JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def main() -> None:
+    import uvicorn
+
+    import lifecycle as lc
+    from lifecycle.server import ServerConfig, build_app
+
+    base = os.path.join(tempfile.mkdtemp(), "risk")
+    save_version(base, 1, 1.0)
+    save_version(base, 2, 2.0)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = ServerConfig.from_flags(rest_api_port=port, model_name="risk", model_base_path=base)
+
+    with lc.ModelRegistry() as registry:
+        server = uvicorn.Server(
+            uvicorn.Config(
+                build_app(registry, config), host=config.host, port=port, log_level="warning"
+            )
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:  # the port opens once the models are warmed up
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _, status = call(f"{url}/v1/models/risk")
+            print("status:", status["model_version_status"])
+            _, metadata = call(f"{url}/v1/models/risk/metadata")
+            signature = metadata["metadata"]["signature_def"]["signature_def"]
+            print("inputs:", list(signature["serving_default"]["inputs"]))
+            _, answer = call(f"{url}/v1/models/risk:predict", {"instances": [[1.0, 2.0, 3.0]]})
+            print(f"TF Serving predict from version 2: {answer['predictions']}")
+            tensor = {"name": "features", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}
+            _, answer = call(f"{url}/v2/models/risk/infer", {"inputs": [tensor]})
+            print(
+                f"KServe v2 infer from version {answer['model_version']}: "
+                f"{answer['outputs'][0]['data']}"
+            )
+            code, answer = call(f"{url}/v1/models/risk:predict", {"instances": [[1.0]]})
+            print(f"a wrong shape is refused with {code}: {answer['error']}")
+
+            save_version(base, 3, 3.0)  # a training job publishes version 3
+            call(f"{url}/v2/repository/models/risk/load", {})
+            _, answer = call(f"{url}/v1/models/risk:predict", {"instances": [[0.0, 0.0, 0.0]]})
+            print(f"after loading version 3: {answer['predictions']}")
+            _, status = call(f"{url}/v1/models/risk")
+            states = {s["version"]: s["state"] for s in status["model_version_status"]}
+            print("versions:", states)  # 2 left the policy (latest 1): drained, then disposed
+        finally:
+            server.should_exit = True
+            thread.join(30)
+
+
+if __name__ == "__main__":
+    main()

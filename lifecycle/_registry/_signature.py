@@ -1,0 +1,183 @@
+"""A version's serving signature: its named inputs and outputs, and calls by name.
+
+The names are the ones Keras 3's ``model.export()`` gives a SavedModel's
+``serving_default`` signature: inputs by their ``keras.Input(name=...)``,
+outputs by a dict-output model's keys, else ``output_0``, ``output_1``, ...
+The signature is read once per version, from its traced serving function, after
+its build; a request by name is checked against it before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+import tensorflow as tf
+
+from .._serving import ServingFunction
+
+__all__ = ["Inference", "NamedTensorSpec", "ServingSignature", "signature_of"]
+
+
+@attrs.frozen
+class NamedTensorSpec:
+    """One named input or output of a serving signature.
+
+    Attributes:
+        name: The tensor's name in the signature.
+        dtype: The dtype's name, as TensorFlow spells it (``"float32"``,
+            ``"int64"``, ``"string"``).
+        shape: The dimensions, ``None`` where unknown (the batch dimension).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...]
+
+
+@attrs.frozen
+class ServingSignature:
+    """A version's serving signature: what a request by name feeds and gets back.
+
+    Attributes:
+        inputs: The inputs, in the order the model takes them.
+        outputs: The outputs, in the order the model returns them.
+
+    Example:
+        >>> import keras, lifecycle as lc
+        >>> def factory():
+        ...     x = keras.Input((4,), name="features")
+        ...     return keras.Model(x, keras.layers.Dense(1)(x))
+        >>> with lc.ModelRegistry() as registry:
+        ...     _ = registry.load("risk", 1, factory)
+        ...     registry.signature("risk").inputs[0].name
+        'features'
+    """
+
+    inputs: tuple[NamedTensorSpec, ...]
+    outputs: tuple[NamedTensorSpec, ...]
+    # How the named inputs nest into the model's call, and outputs out of it:
+    # "single", "list" or "dict" (outputs: "list" or "dict").
+    input_form: str = attrs.field(default="single", repr=False, eq=False)
+    output_form: str = attrs.field(default="list", repr=False, eq=False)
+
+    def input(self, name: str) -> NamedTensorSpec:
+        """The input called ``name``.
+
+        Raises:
+            ValueError: There is no such input.
+        """
+        for spec in self.inputs:
+            if spec.name == name:
+                return spec
+        raise ValueError(
+            f"The model has no input named {name!r}. Inputs: {[s.name for s in self.inputs]}"
+        )
+
+    def feed(self, inputs: Mapping[str, Any]) -> Any:
+        """The model's input nest for named ``inputs``, each checked and converted.
+
+        Raises:
+            ValueError: An input is missing or unknown, or its shape does not fit.
+            TypeError: A value cannot be converted to its input's dtype.
+        """
+        names = [spec.name for spec in self.inputs]
+        unknown = sorted(set(inputs) - set(names))
+        missing = [name for name in names if name not in inputs]
+        if unknown or missing:
+            raise ValueError(
+                f"The request's inputs {sorted(inputs)} do not match the model's inputs "
+                f"{names}: missing {missing}, unknown {unknown}."
+            )
+        tensors = [_tensor(spec, inputs[spec.name]) for spec in self.inputs]
+        if self.input_form == "dict":
+            return dict(zip(names, tensors, strict=True))
+        if self.input_form == "list":
+            return tensors
+        return tensors[0]
+
+    def name_outputs(self, outputs: Any) -> dict[str, Any]:
+        """The model's output nest as ``{output name: tensor}``."""
+        if self.output_form == "dict":
+            return {spec.name: outputs[spec.name] for spec in self.outputs}
+        flat = tf.nest.flatten(outputs)
+        return {spec.name: tensor for spec, tensor in zip(self.outputs, flat, strict=True)}
+
+
+@attrs.frozen
+class Inference:
+    """The result of :meth:`ModelRegistry.infer`: named outputs, and who computed them.
+
+    Attributes:
+        name: The model.
+        version: The version that served the request.
+        outputs: The outputs by signature name, as NumPy arrays (``bytes``
+            objects for strings).
+    """
+
+    name: str
+    version: int
+    outputs: dict[str, np.ndarray]
+
+
+def signature_of(serve: ServingFunction, input_names: list[str]) -> ServingSignature:
+    """The signature of a traced serving function.
+
+    Args:
+        serve: The version's serving function, traced with an input signature.
+        input_names: The names of the model's inputs (``model.inputs``), in
+            order; ``input_0``, ... stand in where they are missing.
+    """
+    specs, outputs = serve.structure()
+    if isinstance(specs, Mapping):
+        form = "dict"
+        named = [(str(key), spec) for key, spec in specs.items()]
+    else:
+        flat = tf.nest.flatten(specs)
+        form = "single" if len(flat) == 1 and not isinstance(specs, (list, tuple)) else "list"
+        names = input_names if len(input_names) == len(flat) else []
+        named = [(names[i] if names else f"input_{i}", spec) for i, spec in enumerate(flat)]
+    if isinstance(outputs, Mapping):
+        out_form = "dict"
+        out_named = [(str(key), spec) for key, spec in outputs.items()]
+    else:
+        out_form = "list"
+        out_named = [(f"output_{i}", spec) for i, spec in enumerate(tf.nest.flatten(outputs))]
+    return ServingSignature(
+        inputs=tuple(_named(name, spec) for name, spec in named),
+        outputs=tuple(_named(name, spec) for name, spec in out_named),
+        input_form=form,
+        output_form=out_form,
+    )
+
+
+def _named(name: str, spec: Any) -> NamedTensorSpec:
+    shape = tuple(spec.shape.as_list()) if spec.shape.rank is not None else ()
+    return NamedTensorSpec(name=name, dtype=spec.dtype.name, shape=shape)
+
+
+def _tensor(spec: NamedTensorSpec, value: Any) -> tf.Tensor:
+    """``value`` as a tensor of ``spec``'s dtype whose shape fits ``spec``."""
+    dtype = tf.as_dtype(spec.dtype)
+    try:
+        if dtype == tf.string:
+            tensor = tf.convert_to_tensor(value, tf.string)
+        else:
+            array = np.asarray(value)
+            if array.dtype.kind not in "biuf" or (array.dtype.kind == "f" and dtype.is_integer):
+                raise TypeError(f"got {array.dtype.name} values")
+            tensor = tf.convert_to_tensor(array.astype(dtype.as_numpy_dtype))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"Input {spec.name!r} must hold {spec.dtype} values: {error}") from None
+    shape = tuple(tensor.shape.as_list())
+    fits = len(shape) == len(spec.shape) and all(
+        want is None or want == got for want, got in zip(spec.shape, shape, strict=False)
+    )
+    if not fits:
+        wanted = tuple(-1 if d is None else d for d in spec.shape)
+        raise ValueError(
+            f"Input {spec.name!r} has shape {shape}, but the model takes {wanted} (-1: any size)."
+        )
+    return tensor

@@ -1,0 +1,93 @@
+"""``lifecycle serve``: the model registry behind TensorFlow Serving's and KServe's REST APIs.
+
+The flags are TensorFlow Serving's model server's where they mean the same
+(``--rest_api_port``, ``--model_name``, ``--model_base_path``,
+``--model_config_file``). The library, TensorFlow and the server's extra are
+imported only when the command runs, so ``--help`` answers at once.
+"""
+
+# No `from __future__ import annotations`: typer reads the command's annotations
+# at run time.
+import os
+import sys
+
+import typer
+
+from ._app import console
+from ._quiet import import_library
+
+SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
+
+
+def serve(
+    rest_api_port: int = typer.Option(
+        8501, "--rest_api_port", help="Port of both REST APIs (TF Serving's and KServe v2)."
+    ),
+    model_name: str = typer.Option(
+        None, "--model_name", help="Name of the model at --model_base_path (default: default)."
+    ),
+    model_base_path: str = typer.Option(
+        None,
+        "--model_base_path",
+        help="Directory of version directories <base>/<version>/ holding a .keras file.",
+    ),
+    model_config_file: str = typer.Option(
+        None,
+        "--model_config_file",
+        help="TensorFlow Serving ModelServerConfig in text format: several models, "
+        "version policies, version labels.",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; 0.0.0.0 to accept other hosts."
+    ),
+    memory_budget: int = typer.Option(
+        None, "--memory_budget", help="Bytes the loaded versions may hold together."
+    ),
+    max_loaded: int = typer.Option(None, "--max_loaded", help="Versions loaded at once."),
+    max_request_bytes: int = typer.Option(
+        64 * 2**20, "--max_request_bytes", help="Largest request body accepted."
+    ),
+    drain_seconds: float = typer.Option(
+        10.0, "--drain_seconds", help="On SIGTERM/SIGINT, seconds requests in flight may take."
+    ),
+    file_system_poll_wait_seconds: float = typer.Option(
+        0.0,
+        "--file_system_poll_wait_seconds",
+        help="Look for new versions under the base paths this often; 0: only at start-up.",
+    ),
+) -> None:
+    """Serve models over TensorFlow Serving's REST API and KServe's v2 protocol.
+
+    The port opens once the models are loaded and warmed up. SIGTERM or SIGINT
+    stops accepting, drains requests in flight, unloads every version and exits 0.
+    """
+    if "tensorflow" not in sys.modules:  # read once, when TensorFlow is imported
+        # A serving process is better off without oneDNN's caching allocator
+        # (docs/registry.md).
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    import_library()
+    try:
+        from lifecycle.server import ServerConfig
+        from lifecycle.server import serve as run
+    except ImportError as error:
+        console().print(
+            f"lifecycle serve needs the serve extra: {SERVE_INSTALL} ({error})", markup=False
+        )
+        raise typer.Exit(2) from None
+    try:
+        config = ServerConfig.from_flags(
+            rest_api_port=rest_api_port,
+            model_name=model_name,
+            model_base_path=model_base_path,
+            model_config_file=model_config_file,
+            host=host,
+            memory_budget=memory_budget,
+            max_loaded=max_loaded,
+            max_request_bytes=max_request_bytes,
+            drain_seconds=drain_seconds,
+            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
+        )
+    except (ValueError, FileNotFoundError) as error:
+        console().print(f"lifecycle serve: {error}", markup=False)
+        raise typer.Exit(2) from None
+    run(config)

@@ -1,0 +1,35 @@
+"""``lifecycle serve``: the model registry behind TensorFlow Serving's and KServe's APIs.
+
+Needs the ``serve`` extra (Starlette, uvicorn, orjson, tensorflow-serving-api);
+importing this package without it raises an ``ImportError`` naming the
+``pip install`` that fixes it. The registry never imports this package.
+
+Modules, one concern each:
+
+* ``_config``: :class:`ServerConfig`, the flags, TensorFlow Serving's model config file;
+* ``_service``: :class:`ModelService`, the one request path into the registry;
+* ``_tfserving``, ``_kserve``: the protocol adapters, side by side;
+* ``_errors``: the one table from exceptions to wire statuses;
+* ``_http``: JSON bodies under a size limit, shared by the adapters;
+* ``_app``: :func:`build_app` (the ASGI app) and :func:`serve` (the process).
+"""
+
+SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
+
+try:
+    import orjson  # noqa: F401
+    import starlette  # noqa: F401
+    import tensorflow_serving  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as error:  # pragma: no cover - exercised without the extra
+    raise ImportError(
+        f"lifecycle.server needs the serve extra ({error.name} is missing): {SERVE_INSTALL}"
+    ) from error
+
+from ._app import build_app as build_app  # noqa: E402 (after the extra check)
+from ._app import serve as serve  # noqa: E402
+from ._config import ServedModel as ServedModel  # noqa: E402
+from ._config import ServerConfig as ServerConfig  # noqa: E402
+from ._service import ModelService as ModelService  # noqa: E402
+
+__all__ = ["SERVE_INSTALL", "ModelService", "ServedModel", "ServerConfig", "build_app", "serve"]

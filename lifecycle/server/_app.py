@@ -1,0 +1,182 @@
+"""The ASGI application and the process that runs it.
+
+:func:`build_app` puts the protocol adapters side by side over one
+:class:`ModelService`; :func:`serve` runs it with uvicorn in a process of its
+own, with the registry's serving settings, and shuts down gracefully.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .._core import tune_allocator
+from .._registry import ModelRegistry
+from ._config import ServerConfig
+from ._errors import ERRORS, error_status, wire_message
+from ._http import blocking, json_response
+from ._kserve import routes as kserve_routes
+from ._service import ModelService
+from ._tfserving import routes as tfserving_routes
+
+__all__ = ["build_app", "serve"]
+
+METRICS_PATH = "/monitoring/prometheus/metrics"
+
+_log = logging.getLogger("lifecycle.server")
+
+
+def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
+    """The server's ASGI application over ``registry``.
+
+    On start-up (the ASGI lifespan) it loads the configured models into
+    ``registry`` and warms them up; a server such as uvicorn opens its port
+    only after that. The app does not close ``registry``: its creator does.
+
+    Args:
+        registry: Where the versions live; may already hold models of its own.
+        config: The models to load and the request limits.
+
+    Returns:
+        A Starlette application serving TensorFlow Serving's REST API, KServe's
+        v2 protocol and Prometheus metrics.
+
+    Example:
+        >>> import lifecycle as lc
+        >>> from lifecycle.server import ServerConfig, build_app
+        >>> registry = lc.ModelRegistry()
+        >>> app = build_app(registry, ServerConfig())  # run it with any ASGI server
+        >>> registry.close()
+    """
+    service = ModelService(registry, config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await blocking(service.start)
+        try:
+            yield
+        finally:
+            await blocking(service.stop)
+
+    async def wire_error(request: Request, error: Exception) -> Response:
+        status = error_status(error)
+        if status.status >= 500:
+            _log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+        return json_response({"error": wire_message(error)}, status.status)
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        return json_response(
+            {"error": f"{error.detail}: {request.method} {request.url.path}"}, error.status_code
+        )
+
+    handlers: dict[Any, Any] = {kind: wire_error for kind, _ in ERRORS}
+    handlers[HTTPException] = http_error
+    handlers[Exception] = wire_error
+    return Starlette(
+        routes=[
+            *tfserving_routes(service, config.max_request_bytes),
+            *kserve_routes(service, config.max_request_bytes),
+            *_metrics_routes(registry),
+        ],
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
+
+
+def _metrics_routes(registry: ModelRegistry) -> list[Route]:
+    """Prometheus metrics at TensorFlow Serving's path, when prometheus-client is installed."""
+    try:
+        import prometheus_client
+    except ImportError:
+        return []
+    from ..monitoring import register_prometheus
+
+    metrics = prometheus_client.CollectorRegistry()
+    register_prometheus(metrics, model_registries=[registry])
+
+    async def scrape(request: Request) -> Response:
+        body = await blocking(prometheus_client.generate_latest, metrics)
+        return Response(body, media_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+    return [Route(METRICS_PATH, scrape)]
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which exits normally (status 0) after SIGTERM or SIGINT.
+
+    uvicorn shuts down gracefully on these signals (stops accepting, waits for
+    requests in flight up to ``timeout_graceful_shutdown``, runs the lifespan's
+    shutdown), then raises the signal again, which ends the process with it.
+    A model server stopped on purpose should exit 0.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        signals = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def serve(config: ServerConfig) -> None:
+    """Run the server until SIGTERM or SIGINT, then drain, close the registry and return.
+
+    The registry gets the serving process's settings from ``config``
+    (background loads, heap freezing, the allocator). The port opens once the
+    configured models are loaded and warmed up. On a signal the server stops
+    accepting, lets requests in flight finish (up to ``drain_seconds``), and
+    closes the registry, which drains leases and disposes every version.
+
+    Raises:
+        SystemExit: The configured models could not be loaded (status 1).
+    """
+    if config.tune_allocator:
+        tune_allocator()
+    registry = ModelRegistry(
+        memory_budget=config.memory_budget,
+        max_loaded=config.max_loaded,
+        drain_timeout=config.drain_seconds,
+        loader_nice=config.loader_nice,
+        loader_gil_share=config.loader_gil_share,
+        freeze_heap=config.freeze_heap,
+        name="server",
+    )
+    server = _Server(
+        uvicorn.Config(
+            build_app(registry, config),
+            host=config.host,
+            port=config.rest_api_port,
+            lifespan="on",
+            timeout_graceful_shutdown=config.drain_seconds,  # type: ignore[arg-type]
+            log_level="info",
+        )
+    )
+    try:
+        server.run()
+    finally:
+        versions = len(registry.status())
+        registry.close()
+        # uvicorn's logger: configured by uvicorn, so its lines reach the console.
+        logging.getLogger("uvicorn.error").info(
+            "Registry closed: %d version(s) drained and disposed.", versions
+        )
+    if not server.started:
+        raise SystemExit(1)

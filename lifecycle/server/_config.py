@@ -1,0 +1,247 @@
+"""ServerConfig: everything a server is told at start-up, validated once.
+
+The flags follow TensorFlow Serving's model server where they mean the same
+(``--rest_api_port``, ``--model_name``, ``--model_base_path``,
+``--model_config_file``); the others are the registry's. A model config file is
+TensorFlow Serving's own ``ModelServerConfig`` in protobuf text format, parsed
+with its generated code, so a file written for TensorFlow Serving works as is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+import attrs
+
+from .._registry import VersionPolicy
+
+__all__ = ["ServedModel", "ServerConfig"]
+
+# TensorFlow Serving's own label syntax.
+_LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+@attrs.frozen
+class ServedModel:
+    """A model the server loads at start-up from a base path of version directories.
+
+    Each version is ``<base_path>/<version>/`` holding one ``.keras`` file.
+
+    Attributes:
+        name: The model's name in every protocol.
+        base_path: The directory of version directories (absolute).
+        policy: Which versions to serve; the latest one by default.
+        labels: ``{label: version}``, TensorFlow Serving's ``version_labels``.
+    """
+
+    name: str
+    base_path: str
+    policy: VersionPolicy = attrs.field(factory=VersionPolicy.latest)
+    labels: Mapping[str, int] = attrs.field(factory=dict, converter=lambda d: dict(d))
+
+    def __attrs_post_init__(self) -> None:
+        for label in self.labels:
+            if not label or not set(label) <= _LABEL_CHARS:
+                raise ValueError(
+                    f"Model {self.name!r}: version label {label!r} must match [a-zA-Z0-9_]+."
+                )
+
+
+def _port(flag: str) -> object:
+    def check(_: object, __: object, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+            raise ValueError(f"{flag} must be a port number, 0-65535. Received: {value!r}")
+
+    return check
+
+
+def _positive(flag: str, *, optional: bool = False) -> object:
+    def check(_: object, __: object, value: float | None) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{flag} must be a number > 0. Received: {value!r}")
+
+    return check
+
+
+def _non_negative(flag: str) -> object:
+    def check(_: object, __: object, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{flag} must be a number >= 0. Received: {value!r}")
+
+    return check
+
+
+@attrs.frozen
+class ServerConfig:
+    """How ``lifecycle serve`` runs: address, models, limits, the registry's settings.
+
+    Build it from flags with :meth:`from_flags`, or directly. Fields are checked
+    once, here, with messages naming the flag.
+
+    Attributes:
+        models: The models to load before the server reports ready.
+        rest_api_port: The HTTP port of both REST protocols (``--rest_api_port``).
+        host: The address to bind (``--host``); loopback unless told otherwise.
+        memory_budget: Bytes the loaded versions may hold (``--memory_budget``).
+        max_loaded: Versions loaded at once (``--max_loaded``).
+        max_request_bytes: The largest request body accepted (``--max_request_bytes``).
+        drain_seconds: On SIGTERM/SIGINT, how long requests in flight may take
+            to finish, and leases to drain, before the process exits.
+        file_system_poll_wait_seconds: How often to look for new versions under
+            the base paths (``--file_system_poll_wait_seconds``); 0: only at
+            start-up and on a repository load request.
+        loader_nice: The registry's ``loader_nice`` (Linux): loads yield the
+            cores to requests. ``None`` elsewhere.
+        loader_gil_share: The registry's ``loader_gil_share``.
+        freeze_heap: The registry's ``freeze_heap``.
+        tune_allocator: Call :func:`lifecycle.tune_allocator` at start-up.
+
+    Example:
+        >>> from lifecycle.server import ServerConfig
+        >>> config = ServerConfig.from_flags(rest_api_port=8601)
+        >>> config.host, config.rest_api_port, config.models
+        ('127.0.0.1', 8601, ())
+    """
+
+    models: tuple[ServedModel, ...] = attrs.field(default=(), converter=tuple)
+    rest_api_port: int = attrs.field(default=8501, validator=_port("--rest_api_port"))
+    host: str = "127.0.0.1"
+    memory_budget: int | None = attrs.field(
+        default=None, validator=_positive("--memory_budget", optional=True)
+    )
+    max_loaded: int | None = attrs.field(
+        default=None, validator=_positive("--max_loaded", optional=True)
+    )
+    max_request_bytes: int = attrs.field(
+        default=64 * 2**20, validator=_positive("--max_request_bytes")
+    )
+    drain_seconds: float = attrs.field(default=10.0, validator=_positive("--drain_seconds"))
+    file_system_poll_wait_seconds: float = attrs.field(
+        default=0.0, validator=_non_negative("--file_system_poll_wait_seconds")
+    )
+    loader_nice: int | None = 10 if sys.platform.startswith("linux") else None
+    loader_gil_share: float = 0.5
+    freeze_heap: bool = True
+    tune_allocator: bool = True
+
+    def __attrs_post_init__(self) -> None:
+        names = [model.name for model in self.models]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"--model_config_file names {twice} more than once.")
+
+    @classmethod
+    def from_flags(
+        cls,
+        *,
+        rest_api_port: int = 8501,
+        model_name: str | None = None,
+        model_base_path: str | None = None,
+        model_config_file: str | None = None,
+        host: str = "127.0.0.1",
+        memory_budget: int | None = None,
+        max_loaded: int | None = None,
+        max_request_bytes: int = 64 * 2**20,
+        drain_seconds: float = 10.0,
+        file_system_poll_wait_seconds: float = 0.0,
+    ) -> ServerConfig:
+        """A config from TensorFlow Serving-style flags.
+
+        Either ``model_base_path`` (with ``model_name``, default ``"default"``
+        as in TensorFlow Serving) or ``model_config_file``, or neither (an
+        empty server that models are loaded into through the repository API).
+
+        Raises:
+            ValueError: A flag is out of range, both model flags are given, or
+                the config file is malformed; the message names the flag.
+            FileNotFoundError: The config file or a base path does not exist.
+        """
+        if model_config_file is not None and (model_base_path or model_name):
+            raise ValueError(
+                "--model_config_file cannot be combined with --model_name/--model_base_path."
+            )
+        models: tuple[ServedModel, ...] = ()
+        if model_config_file is not None:
+            models = read_model_config(model_config_file)
+        elif model_base_path is not None:
+            models = (ServedModel(model_name or "default", _base_path(model_base_path)),)
+        elif model_name is not None:
+            raise ValueError("--model_name needs --model_base_path.")
+        return cls(
+            models=models,
+            rest_api_port=rest_api_port,
+            host=host,
+            memory_budget=memory_budget,
+            max_loaded=max_loaded,
+            max_request_bytes=max_request_bytes,
+            drain_seconds=drain_seconds,
+            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
+        )
+
+
+def read_model_config(path: str) -> tuple[ServedModel, ...]:
+    """The models of a TensorFlow Serving ``ModelServerConfig`` text file.
+
+    Raises:
+        FileNotFoundError: The file or a base path does not exist.
+        ValueError: The file does not parse, or asks for what is not supported.
+    """
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--model_config_file {path!r} does not exist.") from None
+    try:
+        config = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+    except text_format.ParseError as error:
+        raise ValueError(f"--model_config_file {path!r} does not parse: {error}") from None
+    if config.WhichOneof("config") != "model_config_list":
+        raise ValueError(f"--model_config_file {path!r} has no model_config_list.")
+    models = []
+    for entry in config.model_config_list.config:
+        where = f"--model_config_file {path!r}, model {entry.name!r}"
+        if not entry.name or not entry.base_path:
+            raise ValueError(f"{where}: every config needs a name and a base_path.")
+        if entry.model_platform not in ("", "tensorflow"):
+            raise ValueError(
+                f"{where}: model_platform {entry.model_platform!r} is not served; "
+                "use 'tensorflow' or leave it out."
+            )
+        try:
+            model = ServedModel(
+                entry.name,
+                _base_path(entry.base_path, flag=where),
+                _policy(entry.model_version_policy),
+                dict(entry.version_labels),
+            )
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
+        models.append(model)
+    return tuple(models)
+
+
+def _policy(policy: object) -> VersionPolicy:
+    """A :class:`VersionPolicy` from TensorFlow Serving's ``ServableVersionPolicy``."""
+    which = policy.WhichOneof("policy_choice")  # type: ignore[attr-defined]
+    if which == "all":
+        return VersionPolicy.all()
+    if which == "specific":
+        return VersionPolicy.specific(policy.specific.versions)  # type: ignore[attr-defined]
+    if which == "latest" and policy.latest.num_versions:  # type: ignore[attr-defined]
+        return VersionPolicy.latest(policy.latest.num_versions)  # type: ignore[attr-defined]
+    return VersionPolicy.latest()
+
+
+def _base_path(path: str, *, flag: str = "--model_base_path") -> str:
+    if path.startswith(("gs://", "s3://", "hdfs://")):
+        raise ValueError(f"{flag}: only local base paths are served. Received: {path!r}")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{flag}: base path {path!r} is not a directory.")
+    return os.path.abspath(path)

@@ -1,0 +1,95 @@
+"""One table from the library's exceptions to each protocol's error status.
+
+Routes never choose a status themselves: they raise, and the app's exception
+handler looks the exception up here. The first row whose type matches wins, so
+subclasses come before their bases. Both REST protocols answer errors as
+``{"error": "<message>"}`` (TensorFlow Serving's ``api_rest.md``, KServe's
+Open Inference Protocol), with TensorFlow Serving's statuses for the codes it
+has (404 NOT_FOUND, 400 INVALID_ARGUMENT, 503 UNAVAILABLE, 500 INTERNAL); a
+request body over the limit is 413 and a load that cannot fit the memory budget
+507.
+"""
+
+from __future__ import annotations
+
+import attrs
+import tensorflow as tf
+
+from ..errors import (
+    BudgetExceededError,
+    LifecycleError,
+    LoadError,
+    UnavailableError,
+    UnknownModelError,
+)
+
+__all__ = [
+    "ERRORS",
+    "BadRequestError",
+    "PayloadTooLargeError",
+    "WireError",
+    "error_status",
+    "wire_message",
+]
+
+
+class BadRequestError(ValueError):
+    """A request that does not parse or does not fit its protocol (HTTP 400)."""
+
+
+class PayloadTooLargeError(ValueError):
+    """A request body over ``max_request_bytes`` (HTTP 413)."""
+
+
+@attrs.frozen
+class WireError:
+    """How one kind of exception goes on the wire.
+
+    Attributes:
+        status: The HTTP status.
+        code: TensorFlow's canonical error code (for gRPC and status bodies).
+    """
+
+    status: int
+    code: str
+
+
+# Order matters: the first matching row wins.
+ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
+    (PayloadTooLargeError, WireError(413, "RESOURCE_EXHAUSTED")),
+    (UnknownModelError, WireError(404, "NOT_FOUND")),
+    (BudgetExceededError, WireError(507, "RESOURCE_EXHAUSTED")),
+    (UnavailableError, WireError(503, "UNAVAILABLE")),
+    (LoadError, WireError(500, "INTERNAL")),
+    (ValueError, WireError(400, "INVALID_ARGUMENT")),
+    # Values the signature cannot check, refused by the model's own ops (an id
+    # out of an embedding's range, say).
+    (tf.errors.InvalidArgumentError, WireError(400, "INVALID_ARGUMENT")),
+    (TypeError, WireError(400, "INVALID_ARGUMENT")),
+    # Anything else of the library's once the registry is closed: shutting down.
+    (LifecycleError, WireError(503, "UNAVAILABLE")),
+)
+
+_INTERNAL = WireError(500, "INTERNAL")
+
+
+def error_status(error: BaseException) -> WireError:
+    """The wire status of ``error``: its row of :data:`ERRORS`, else 500 INTERNAL."""
+    for kind, wire in ERRORS:
+        if isinstance(error, kind):
+            return wire
+    return _INTERNAL
+
+
+def wire_message(error: BaseException) -> str:
+    """The message an error answer carries: the error's own words, without traces.
+
+    A TensorFlow op error raised in a traced function ends with its own words,
+    after where the op was defined; a ``LookupError``'s is its argument, not
+    ``str()``'s quoted repr.
+    """
+    if isinstance(error, tf.errors.OpError):
+        return error.message.strip().split("\n\n")[-1].splitlines()[0]
+    if error.args and isinstance(error.args[0], str):
+        return error.args[0]
+    return str(error) or type(error).__name__

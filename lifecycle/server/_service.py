@@ -1,0 +1,264 @@
+"""ModelService: the one path from every protocol adapter into the registry.
+
+Adapters translate their wire format into calls on this object and its answers
+back; they never touch the registry themselves. Every method is blocking (it
+may run a model or load one): adapters call it on a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .._registry import (
+    Inference,
+    ModelRegistry,
+    ServingSignature,
+    VersionState,
+    VersionStatus,
+)
+from ..errors import UnknownModelError
+from ._config import ServedModel, ServerConfig
+
+__all__ = ["ModelService", "keras_versions"]
+
+_log = logging.getLogger("lifecycle.server")
+
+
+def keras_versions(base_path: str) -> dict[int, str]:
+    """``{version: .keras file}`` of the version directories under ``base_path``.
+
+    A version is ``<base_path>/<version>/`` holding exactly one ``.keras`` file;
+    other directories are skipped.
+
+    Raises:
+        FileNotFoundError: ``base_path`` is not a directory.
+    """
+    if not os.path.isdir(base_path):
+        raise FileNotFoundError(f"Base path {base_path!r} is not a directory.")
+    found = {}
+    for entry in os.scandir(base_path):
+        if not (entry.is_dir() and entry.name.isdigit()):
+            continue
+        files = [f.path for f in os.scandir(entry.path) if f.name.endswith(".keras")]
+        if len(files) == 1:
+            found[int(entry.name)] = files[0]
+    return found
+
+
+@attrs.define(eq=False)
+class ModelService:
+    """What the server does, in the registry's terms.
+
+    Args:
+        registry: The registry that holds and runs the versions; the service
+            does not own it (whoever created it closes it).
+        config: The server's configuration: which models to load.
+    """
+
+    registry: ModelRegistry
+    config: ServerConfig
+    # Set once the configured models are loaded and warmed up.
+    _ready: threading.Event = attrs.field(factory=threading.Event, init=False)
+    # Serialises loads and unloads of configured models (requests, the poller).
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    # Models unloaded through the repository API: polling leaves them alone
+    # until a repository load.
+    _unloaded: set[str] = attrs.field(factory=set, init=False)
+    # (.keras file, its mtime) of versions whose load failed: not retried by
+    # polling until the file changes.
+    _failed: set[tuple[str, float]] = attrs.field(factory=set, init=False)
+    _stop: threading.Event = attrs.field(factory=threading.Event, init=False)
+    _poller: threading.Thread | None = attrs.field(default=None, init=False)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the configured models are loaded and warmed up."""
+        return self._ready.is_set()
+
+    def start(self) -> None:
+        """Load every configured model, then report ready.
+
+        Raises:
+            FileNotFoundError: A base path vanished.
+            LoadError, BudgetExceededError: A version failed to load.
+        """
+        for model in self.config.models:
+            with self._lock:
+                self._load_model(model)
+        self._ready.set()
+        if self.config.file_system_poll_wait_seconds > 0 and self.config.models:
+            self._poller = threading.Thread(
+                target=self._poll, name="lifecycle-server-poller", daemon=True
+            )
+            self._poller.start()
+
+    def stop(self) -> None:
+        """Stop polling the base paths (waits for a poll in progress). Safe to call twice."""
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+
+    def _poll(self) -> None:
+        """Every ``file_system_poll_wait_seconds``, bring each model in line with its base path."""
+        while not self._stop.wait(self.config.file_system_poll_wait_seconds):
+            for model in self.config.models:
+                with self._lock:
+                    if self._stop.is_set() or model.name in self._unloaded:
+                        continue
+                    try:
+                        self._load_model(model, polling=True)
+                    except Exception:
+                        _log.exception("Polling %r under %r failed", model.name, model.base_path)
+
+    # -- status and metadata ------------------------------------------------------
+
+    def versions(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> tuple[VersionStatus, ...]:
+        """The status of ``name``'s versions, or of the one ``version``/``label`` means.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+        """
+        statuses = self.registry.status(name)
+        if label is not None:
+            chosen = tuple(s for s in statuses if label in s.labels)
+            if not chosen:
+                raise UnknownModelError(f"Model {name!r} has no version labelled {label!r}.")
+            return chosen
+        if version is not None:
+            chosen = tuple(s for s in statuses if s.version == version)
+            if not chosen:
+                raise UnknownModelError(
+                    f"Model {name!r} has no version {version}. "
+                    f"Loaded: {[s.version for s in statuses]}"
+                )
+            return chosen
+        return statuses
+
+    def signature(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> tuple[int, ServingSignature]:
+        """The version a request would get, and its serving signature.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+        """
+        signature = self.registry.signature(name, version=version, label=label)
+        if version is None:
+            version = self._serving_version(name, label)
+        return version, signature
+
+    def _serving_version(self, name: str, label: str | None) -> int:
+        for status in self.registry.status(name):
+            if (label in status.labels) if label is not None else status.default:
+                return status.version
+        raise UnknownModelError(f"Model {name!r} has no version ready to serve.")
+
+    def infer(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        version: int | None = None,
+        label: str | None = None,
+    ) -> Inference:
+        """Run a request with named inputs on the version it resolves to.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+            ValueError, TypeError: The inputs do not fit the signature.
+        """
+        return self.registry.infer(name, inputs, version=version, label=label)
+
+    # -- the model repository -----------------------------------------------------
+
+    def repository(self) -> list[tuple[str, int | None, str]]:
+        """``(name, version, state)`` of loaded versions and unloaded configured models."""
+        rows: list[tuple[str, int | None, str]] = [
+            (s.name, s.version, s.state.name) for s in self.registry.status()
+        ]
+        loaded = {name for name, _, _ in rows}
+        rows += [(m.name, None, "UNAVAILABLE") for m in self.config.models if m.name not in loaded]
+        return rows
+
+    def load(self, name: str) -> None:
+        """Bring a configured model in line with its base path and version policy.
+
+        Loads the versions the policy wants and are not loaded yet, makes the
+        newest the default, and retires the versions that left the policy.
+
+        Raises:
+            UnknownModelError: ``name`` is not in the server's configuration.
+        """
+        for model in self.config.models:
+            if model.name == name:
+                with self._lock:
+                    self._unloaded.discard(name)
+                    self._load_model(model)
+                return
+        raise UnknownModelError(
+            f"Model {name!r} is not in the server's configuration: "
+            f"{[m.name for m in self.config.models]}"
+        )
+
+    def unload(self, name: str) -> None:
+        """Retire every version of ``name``: the default last.
+
+        Raises:
+            UnknownModelError: ``name`` is not loaded.
+            ValueError: A label points to a version (re-point or restart first).
+        """
+        with self._lock:
+            statuses = self.versions(name)
+            for status in sorted(statuses, key=lambda s: s.default):
+                if status.state is VersionState.READY:
+                    self.registry.unload(name, status.version)
+            self._unloaded.add(name)
+
+    def _load_model(self, model: ServedModel, *, polling: bool = False) -> None:
+        """Load what the policy wants, promote the newest, retire what left it.
+
+        Polling skips versions whose file failed to load before (until it
+        changes) and keeps serving what it has when a load fails.
+        """
+        files = keras_versions(model.base_path)
+        if polling:
+            files = {v: f for v, f in files.items() if (f, os.path.getmtime(f)) not in self._failed}
+        present = {s.version for s in self._statuses(model.name)}
+        wanted = sorted(model.policy.select(files))
+        if not wanted and polling:
+            return
+        if not wanted:
+            raise FileNotFoundError(
+                f"Model {model.name!r}: no version directory under {model.base_path!r} "
+                "holds a .keras file that its version policy serves."
+            )
+        stray = {lb: v for lb, v in model.labels.items() if v not in wanted}
+        if stray:
+            raise ValueError(
+                f"Model {model.name!r}: labels {stray} point to versions not served "
+                f"(served: {wanted})."
+            )
+        for version in wanted:
+            if version not in present:
+                labels = [lb for lb, v in model.labels.items() if v == version]
+                try:
+                    self.registry.load(model.name, version, files[version], labels=labels)
+                except Exception:
+                    self._failed.add((files[version], os.path.getmtime(files[version])))
+                    raise
+        self.registry.promote(model.name, wanted[-1])
+        for version in present - set(wanted):  # left the policy: drained, then disposed
+            self.registry.unload(model.name, version)
+
+    def _statuses(self, name: str) -> tuple[VersionStatus, ...]:
+        try:
+            return self.registry.status(name)
+        except UnknownModelError:
+            return ()

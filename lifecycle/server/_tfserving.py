@@ -1,0 +1,222 @@
+"""TensorFlow Serving's REST API (``g3doc/api_rest.md``) over the model service.
+
+::
+
+    GET  /v1/models/{m}[/versions/{v}|/labels/{l}]            model status
+    GET  /v1/models/{m}[/versions/{v}|/labels/{l}]/metadata   signature_def
+    POST /v1/models/{m}[/versions/{v}|/labels/{l}]:predict    instances / inputs
+
+The status and metadata bodies are the JSON of TensorFlow Serving's own protos
+(``GetModelStatusResponse``, ``SignatureDefMap``), produced by protobuf's
+``json_format`` as TensorFlow Serving does. Only the ``serving_default``
+signature exists; ``:classify`` and ``:regress`` are refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from google.protobuf import json_format
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
+
+from .._registry import ServingSignature, VersionState, VersionStatus
+from ._errors import BadRequestError
+from ._http import blocking, json_response, read_json
+from ._service import ModelService
+
+__all__ = ["routes"]
+
+SIGNATURE = "serving_default"
+
+_PATH = re.compile(
+    r"(?P<name>[^/:]+)"
+    r"(?:/versions/(?P<version>\d+)|/labels/(?P<label>[a-zA-Z0-9_]+))?"
+    r"(?:(?P<metadata>/metadata)|:(?P<verb>[a-z]+))?"
+)
+
+# VersionState -> ModelVersionStatus.State.
+_STATES = {
+    VersionState.LOADING: "LOADING",
+    VersionState.READY: "AVAILABLE",
+    VersionState.RETIRING: "UNLOADING",
+    VersionState.UNLOADED: "END",
+}
+
+
+def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
+    """The routes of TensorFlow Serving's REST API."""
+
+    async def models(request: Request) -> Response:
+        match = _PATH.fullmatch(request.path_params["path"])
+        if match is None:
+            raise BadRequestError(
+                f"Malformed request: {request.method} {request.url.path}. See "
+                "TensorFlow Serving's REST API: /v1/models/<model>[/versions/<version>"
+                "|/labels/<label>][/metadata|:predict]."
+            )
+        name, label = match["name"], match["label"]
+        version = int(match["version"]) if match["version"] is not None else None
+        if request.method == "GET":
+            if match["verb"] is not None:
+                raise BadRequestError(f"{request.url.path} takes POST, not GET.")
+            if match["metadata"]:
+                return json_response(await blocking(_metadata, service, name, version, label))
+            statuses = await blocking(service.versions, name, version, label)
+            return json_response(_status_body(statuses))
+        if match["verb"] != "predict":
+            raise BadRequestError(
+                f"Only :predict is served (the model's serving_default signature); "
+                f"received {request.url.path!r}."
+            )
+        body = await read_json(request, max_request_bytes)
+        return json_response(await blocking(_predict, service, name, version, label, body))
+
+    return [Route("/v1/models/{path:path}", models, methods=["GET", "POST"])]
+
+
+def _status_body(statuses: tuple[VersionStatus, ...]) -> dict[str, Any]:
+    response = get_model_status_pb2.GetModelStatusResponse()
+    for status in statuses:
+        entry = response.model_version_status.add()
+        entry.version = status.version
+        entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(_STATES[status.state])
+        entry.status.error_message = ""
+    return json_format.MessageToDict(
+        response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+
+
+def _metadata(
+    service: ModelService, name: str, version: int | None, label: str | None
+) -> dict[str, Any]:
+    served, signature = service.signature(name, version, label)
+    spec = model_pb2.ModelSpec(name=name, signature_name="")
+    spec.version.value = served
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    signatures.signature_def[SIGNATURE].CopyFrom(signature_def(signature))
+    options = {"preserving_proto_field_name": True, "always_print_fields_with_no_presence": True}
+    return {
+        "model_spec": json_format.MessageToDict(spec, **options),
+        "metadata": {"signature_def": json_format.MessageToDict(signatures, **options)},
+    }
+
+
+def signature_def(signature: ServingSignature) -> meta_graph_pb2.SignatureDef:
+    """The ``SignatureDef`` of a serving signature, named as Keras 3's ``export()`` names it."""
+    result = meta_graph_pb2.SignatureDef(method_name="tensorflow/serving/predict")
+    for spec in signature.inputs:
+        _tensor_info(result.inputs[spec.name], spec, f"serving_default_{spec.name}:0")
+    for i, spec in enumerate(signature.outputs):
+        _tensor_info(result.outputs[spec.name], spec, f"StatefulPartitionedCall:{i}")
+    return result
+
+
+def _tensor_info(info: Any, spec: Any, tensor_name: str) -> None:
+    info.name = tensor_name
+    info.dtype = tf.as_dtype(spec.dtype).as_datatype_enum
+    for size in spec.shape:
+        info.tensor_shape.dim.add(size=-1 if size is None else size)
+
+
+def _predict(
+    service: ModelService, name: str, version: int | None, label: str | None, body: Any
+) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise BadRequestError("The request body must be a JSON object.")
+    wanted = body.get("signature_name", SIGNATURE)
+    if wanted not in (SIGNATURE, ""):
+        raise BadRequestError(
+            f"Serving signature name: {wanted!r} not found in signature def; "
+            f"the only signature is {SIGNATURE!r}."
+        )
+    if ("instances" in body) == ("inputs" in body):
+        raise BadRequestError(
+            "The request must have exactly one of 'instances' (row format) or "
+            "'inputs' (columnar format)."
+        )
+    _, signature = service.signature(name, version, label)
+    names = [spec.name for spec in signature.inputs]
+    rows = "instances" in body
+    inputs = _from_rows(body["instances"], names) if rows else _from_columns(body["inputs"], names)
+    inputs = {key: _decode_b64(value) for key, value in inputs.items()}
+    result = service.infer(name, inputs, version, label)
+    outputs = {key: _jsonable(key, value) for key, value in result.outputs.items()}
+    if rows:
+        if len(outputs) == 1:
+            return {"predictions": next(iter(outputs.values()))}
+        batch = len(next(iter(outputs.values())))
+        return {"predictions": [{k: v[i] for k, v in outputs.items()} for i in range(batch)]}
+    return {"outputs": next(iter(outputs.values())) if len(outputs) == 1 else outputs}
+
+
+def _from_rows(instances: Any, names: list[str]) -> dict[str, Any]:
+    if not isinstance(instances, list) or not instances:
+        raise BadRequestError("'instances' must be a non-empty list, one item per example.")
+    named = [isinstance(item, dict) and not _is_b64(item) for item in instances]
+    if all(named):
+        keys = set(instances[0])
+        if any(set(item) != keys for item in instances):
+            raise BadRequestError(
+                "Every object in 'instances' must name the same inputs; "
+                f"the first names {sorted(keys)}."
+            )
+        return {key: [item[key] for item in instances] for key in keys}
+    if any(named):
+        raise BadRequestError("'instances' mixes named objects and plain values.")
+    if len(names) != 1:
+        raise BadRequestError(
+            f"The model has {len(names)} inputs {names}: each instance must be an "
+            "object naming them."
+        )
+    return {names[0]: instances}
+
+
+def _from_columns(inputs: Any, names: list[str]) -> dict[str, Any]:
+    if isinstance(inputs, dict) and not _is_b64(inputs):
+        return inputs
+    if len(names) != 1:
+        raise BadRequestError(
+            f"The model has {len(names)} inputs {names}: 'inputs' must be an object naming them."
+        )
+    return {names[0]: inputs}
+
+
+def _is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"b64"}
+
+
+def _decode_b64(value: Any) -> Any:
+    """``{"b64": "..."}`` objects, anywhere in ``value``, as the bytes they encode."""
+    if _is_b64(value):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (ValueError, TypeError) as error:
+            raise BadRequestError(f"A 'b64' value is not valid base64: {error}") from None
+    if isinstance(value, list):
+        return [_decode_b64(item) for item in value]
+    return value
+
+
+def _jsonable(name: str, array: np.ndarray) -> Any:
+    """An output as JSON: numbers as they are, strings as text, ``*_bytes`` as b64."""
+    if array.dtype.kind not in "OSU":
+        return array.tolist()
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, list):
+            return [convert(item) for item in value]
+        if not isinstance(value, bytes):
+            return value
+        if name.endswith("_bytes"):
+            return {"b64": base64.b64encode(value).decode("ascii")}
+        return value.decode("utf-8", errors="replace")
+
+    return convert(array.tolist())

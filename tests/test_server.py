@@ -1,0 +1,674 @@
+"""lifecycle.server: the real server on 127.0.0.1, spoken to by real clients.
+
+TensorFlow Serving's REST API is exercised with plain HTTP shaped as its
+``api_rest.md`` shows; KServe's v2 protocol with tritonclient's HTTP client.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import keras
+import numpy as np
+import pytest
+import tritonclient.http as triton
+import uvicorn
+from tritonclient.utils import InferenceServerException
+
+import lifecycle as lc
+from lifecycle.server import ServedModel, ServerConfig, build_app
+
+MAX_REQUEST_BYTES = 64 * 1024
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def constant_model(value: float) -> keras.Model:
+    """Answers ``value`` twice for any 3 features: versions are told apart."""
+    x = keras.Input((3,), name="features")
+    dense = keras.layers.Dense(
+        2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
+    )
+    return keras.Model(x, dense(x))
+
+
+def pair_model() -> keras.Model:
+    """Two named inputs (float and int), dict outputs: score = 2 * sum, logits = sum."""
+    a = keras.Input((2,), name="a")
+    b = keras.Input((1,), name="b", dtype="int64")
+    joined = keras.layers.Concatenate()([a, keras.ops.cast(b, "float32")])
+    ones = keras.initializers.Constant(1.0)
+    return keras.Model(
+        [a, b],
+        {
+            "score": keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant(2.0))(
+                joined
+            ),
+            "logits": keras.layers.Dense(3, kernel_initializer=ones)(joined),
+        },
+    )
+
+
+def words_model() -> keras.Model:
+    """A string input: the index of each word in a two-word vocabulary."""
+    x = keras.Input((1,), name="word", dtype="string")
+    return keras.Model(x, keras.layers.StringLookup(vocabulary=["cat", "dog"])(x))
+
+
+def embedding_model() -> keras.Model:
+    """Ids 0-4 only: an id out of range is refused by the model's own gather."""
+    ids = keras.Input((1,), name="ids", dtype="int64")
+    return keras.Model(ids, keras.layers.Embedding(5, 2)(ids))
+
+
+def save(model: keras.Model, base: Path, version: int) -> None:
+    """Publish a version as a training job should: written aside, then renamed into place."""
+    aside = base / f".writing-{version}"
+    aside.mkdir(parents=True)
+    model.save(aside / "model.keras")
+    aside.rename(base / str(version))
+
+
+MODEL_CONFIG = """
+model_config_list {
+  config {
+    name: "risk"
+    base_path: "%(root)s/risk"
+    model_platform: "tensorflow"
+    model_version_policy { specific { versions: 1 versions: 2 } }
+    version_labels { key: "stable" value: 1 }
+    version_labels { key: "canary" value: 2 }
+  }
+  config { name: "pair" base_path: "%(root)s/pair" }
+  config { name: "words" base_path: "%(root)s/words" }
+  config { name: "embed" base_path: "%(root)s/embed" }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("models")
+    save(constant_model(1.0), root / "risk", 1)
+    save(constant_model(2.0), root / "risk", 2)
+    save(constant_model(3.0), root / "risk", 3)  # not in the config's specific policy
+    save(pair_model(), root / "pair", 4)
+    save(words_model(), root / "words", 1)
+    save(embedding_model(), root / "embed", 1)
+    (root / "models.config").write_text(MODEL_CONFIG % {"root": root})
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(registry: lc.ModelRegistry, config: ServerConfig) -> Iterator[str]:
+    """uvicorn serving ``build_app`` on a thread; stopped on exit, within a timeout."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(registry, config),
+            host=config.host,
+            port=config.rest_api_port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    thread = threading.Thread(target=server.run, name="test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        assert thread.is_alive(), "the server stopped during start-up"
+        assert time.monotonic() < deadline, "the server did not start within 120 s"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{config.rest_api_port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "the server did not stop within 30 s"
+
+
+@pytest.fixture(scope="module")
+def server(models_root: Path) -> Iterator[str]:
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_config_file=str(models_root / "models.config"),
+        max_request_bytes=MAX_REQUEST_BYTES,
+    )
+    with lc.ModelRegistry(name="test-server") as registry, running(registry, config) as url:
+        yield url
+
+
+@pytest.fixture
+def http(server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def v2(server: str) -> Iterator[triton.InferenceServerClient]:
+    client = triton.InferenceServerClient(server.removeprefix("http://"), network_timeout=30)
+    yield client
+    client.close()
+
+
+# -- TensorFlow Serving REST: status and metadata --------------------------------
+
+
+def test_model_status_lists_the_versions_the_policy_serves(http):
+    body = http.get("/v1/models/risk").json()
+    assert sorted(body["model_version_status"], key=lambda s: s["version"]) == [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
+        {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
+    ]
+
+
+def test_model_status_of_a_version_and_of_a_label(http):
+    one = http.get("/v1/models/risk/versions/1").json()
+    assert [s["version"] for s in one["model_version_status"]] == ["1"]
+    canary = http.get("/v1/models/risk/labels/canary").json()
+    assert [s["version"] for s in canary["model_version_status"]] == ["2"]
+
+
+@pytest.mark.parametrize(
+    ("path", "fragment"),
+    [
+        ("/v1/models/nope", "No model named 'nope'"),
+        ("/v1/models/risk/versions/3", "has no version 3"),
+        ("/v1/models/risk/labels/beta", "no version labelled 'beta'"),
+        ("/v1/models/risk/labels/beta/metadata", "no label 'beta'"),
+        ("/v1/models/risk/versions/7/metadata", "no version 7"),
+    ],
+)
+def test_unknown_model_version_or_label_is_404_with_an_error(http, path, fragment):
+    response = http.get(path)
+    assert response.status_code == 404
+    assert fragment in response.json()["error"]
+
+
+def test_metadata_is_the_serving_default_signature_def(http):
+    body = http.get("/v1/models/risk/labels/stable/metadata").json()
+    assert body["model_spec"] == {"name": "risk", "version": "1", "signature_name": ""}
+    signature = body["metadata"]["signature_def"]["signature_def"]["serving_default"]
+    assert signature["method_name"] == "tensorflow/serving/predict"
+    features = signature["inputs"]["features"]
+    assert features["dtype"] == "DT_FLOAT"
+    assert [d["size"] for d in features["tensor_shape"]["dim"]] == ["-1", "3"]
+    assert list(signature["outputs"]) == ["output_0"]
+    pair = http.get("/v1/models/pair/metadata").json()
+    inputs = pair["metadata"]["signature_def"]["signature_def"]["serving_default"]["inputs"]
+    assert {name: spec["dtype"] for name, spec in inputs.items()} == {
+        "a": "DT_FLOAT",
+        "b": "DT_INT64",
+    }
+
+
+# -- TensorFlow Serving REST: predict --------------------------------------------
+
+
+def test_predict_row_and_columnar_formats_named_and_unnamed(http):
+    rows = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    assert http.post("/v1/models/risk:predict", json={"instances": rows}).json() == {
+        "predictions": [[2.0, 2.0], [2.0, 2.0]]
+    }
+    named = [{"features": row} for row in rows]
+    assert http.post("/v1/models/risk:predict", json={"instances": named}).json() == {
+        "predictions": [[2.0, 2.0], [2.0, 2.0]]
+    }
+    assert http.post("/v1/models/risk:predict", json={"inputs": rows}).json() == {
+        "outputs": [[2.0, 2.0], [2.0, 2.0]]
+    }
+    assert http.post(
+        "/v1/models/risk:predict",
+        json={"signature_name": "serving_default", "inputs": {"features": rows[:1]}},
+    ).json() == {"outputs": [[2.0, 2.0]]}
+
+
+def test_predict_goes_to_the_version_or_label_asked_for(http):
+    body = {"instances": [[0.0, 0.0, 0.0]]}
+    assert http.post("/v1/models/risk/versions/1:predict", json=body).json()["predictions"] == [
+        [1.0, 1.0]
+    ]
+    assert http.post("/v1/models/risk/labels/stable:predict", json=body).json()["predictions"] == [
+        [1.0, 1.0]
+    ]
+    assert http.post("/v1/models/risk/labels/canary:predict", json=body).json()["predictions"] == [
+        [2.0, 2.0]
+    ]
+
+
+def test_predict_with_two_inputs_and_dict_outputs(http):
+    rows = {"instances": [{"a": [1.0, 2.0], "b": [3]}, {"a": [0.0, 0.0], "b": [1]}]}
+    predictions = http.post("/v1/models/pair:predict", json=rows).json()["predictions"]
+    assert predictions == [
+        {"score": [12.0], "logits": [6.0, 6.0, 6.0]},
+        {"score": [2.0], "logits": [1.0, 1.0, 1.0]},
+    ]
+    columns = {"inputs": {"a": [[1.0, 2.0]], "b": [[3]]}}
+    assert http.post("/v1/models/pair:predict", json=columns).json() == {
+        "outputs": {"score": [[12.0]], "logits": [[6.0, 6.0, 6.0]]}
+    }
+
+
+def test_predict_decodes_b64_string_inputs(http):
+    def b64(word: bytes) -> dict[str, str]:
+        return {"b64": base64.b64encode(word).decode()}
+
+    body = {"instances": [[b64(b"dog")], [b64(b"cat")], [b64(b"\xff-unknown")]]}
+    assert http.post("/v1/models/words:predict", json=body).json() == {
+        "predictions": [[2], [1], [0]]
+    }
+    assert http.post("/v1/models/words:predict", json={"inputs": [["dog"]]}).json() == {
+        "outputs": [[2]]
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "fragment"),
+    [
+        (b'{"instances": [[1, 2, 3]', 400, "not valid JSON"),
+        (b'["not an object"]', 400, "must be a JSON object"),
+        (b'{"instances": [[1.0, 2.0]]}', 400, "has shape (1, 2), but the model takes (-1, 3)"),
+        (b'{"instances": [["a", "b", "c"]]}', 400, "must hold float32 values"),
+        (b'{"inputs": {"nope": [[1, 2, 3]]}}', 400, "missing ['features'], unknown ['nope']"),
+        (b'{"instances": [], "inputs": []}', 400, "exactly one of 'instances'"),
+        (b'{"instances": []}', 400, "non-empty list"),
+        (b'{"signature_name": "other", "inputs": []}', 400, "'other' not found"),
+        (b'{"instances": [[1, 2, 3], {"features": [1, 2, 3]}]}', 400, "mixes named objects"),
+        (b'{"instances": [{"b64": "@@@"}]}', 400, "not valid base64"),
+    ],
+)
+def test_bad_predict_requests_are_400_with_a_message(http, content, status, fragment):
+    response = http.post("/v1/models/risk:predict", content=content)
+    assert response.status_code == status
+    assert fragment in response.json()["error"]
+
+
+def test_values_the_model_itself_refuses_are_400_and_it_keeps_serving(http):
+    response = http.post("/v1/models/embed:predict", json={"instances": [[7]]})
+    assert response.status_code == 400
+    assert "7 is not in [0, 5)" in response.json()["error"]
+    ok = http.post("/v1/models/embed:predict", json={"instances": [[4]]})
+    assert ok.status_code == 200
+    assert len(ok.json()["predictions"][0][0]) == 2
+
+
+def test_a_repository_load_serves_a_new_version_and_retires_the_old(tmp_path):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(), model_name="m", model_base_path=str(tmp_path / "m")
+    )
+    body = {"instances": [[0.0, 0.0, 0.0]]}
+    with lc.ModelRegistry(name="repository") as registry, running(registry, config) as url:
+        assert httpx.post(f"{url}/v1/models/m:predict", json=body).json() == {
+            "predictions": [[1.0, 1.0]]
+        }
+        save(constant_model(5.0), tmp_path / "m", 2)
+        assert httpx.post(f"{url}/v2/repository/models/m/load", json={}).status_code == 200
+        assert httpx.post(f"{url}/v1/models/m:predict", json=body).json() == {
+            "predictions": [[5.0, 5.0]]
+        }
+        deadline = time.monotonic() + 30
+        while [s.version for s in registry.status("m")] != [2]:
+            assert time.monotonic() < deadline, registry.status("m")
+            time.sleep(0.05)
+        one = httpx.get(f"{url}/v1/models/m/versions/1")
+        assert one.status_code == 404
+
+
+def answer(url: str, name: str = "m") -> object:
+    body = {"instances": [[0.0, 0.0, 0.0]]}
+    return httpx.post(f"{url}/v1/models/{name}:predict", json=body, timeout=30).json()
+
+
+def wait_until(predicate, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.05)
+
+
+def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_path, caplog):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_name="m",
+        model_base_path=str(tmp_path / "m"),
+        file_system_poll_wait_seconds=0.1,
+    )
+    with lc.ModelRegistry(name="polling") as registry, running(registry, config) as url:
+        save(constant_model(5.0), tmp_path / "m", 2)
+        wait_until(lambda: answer(url) == {"predictions": [[5.0, 5.0]]}, "version 2 served")
+        wait_until(lambda: [s.version for s in registry.status("m")] == [2], "1 retired")
+
+        (tmp_path / "m" / "3").mkdir()
+        (tmp_path / "m" / "3" / "model.keras").write_bytes(b"not a keras archive")
+        wait_until(lambda: "version 3 failed" in caplog.text, "the failed load logged")
+        time.sleep(0.5)  # several polls: the broken version is not retried
+        assert caplog.text.count("version 3 failed") == 1
+        assert answer(url) == {"predictions": [[5.0, 5.0]]}
+
+        unload = httpx.post(f"{url}/v2/repository/models/m/unload", json={})
+        assert unload.status_code == 200
+        wait_until(lambda: not registry.status(), "m unloaded")
+        time.sleep(0.5)  # several polls: an explicit unload stays unloaded
+        assert httpx.get(f"{url}/v2/models/m/ready").status_code == 400
+        # An explicit load tries the newest version again, and says why it fails.
+        broken = httpx.post(f"{url}/v2/repository/models/m/load", json={})
+        assert broken.status_code == 500
+        assert "Loading 'm' version 3 failed" in broken.json()["error"]
+        (tmp_path / "m" / "3" / "model.keras").unlink()
+        assert httpx.post(f"{url}/v2/repository/models/m/load", json={}).status_code == 200
+        assert answer(url) == {"predictions": [[5.0, 5.0]]}
+
+
+def test_bad_paths_and_verbs(http):
+    classify = http.post("/v1/models/risk:classify", json={"examples": []})
+    assert classify.status_code == 400
+    assert "Only :predict is served" in classify.json()["error"]
+    assert http.get("/v1/models/risk:predict").status_code == 400
+    assert http.get("/v1/models/risk/versions/x").status_code == 400
+    assert http.post("/v1/models/nope:predict", json={"instances": [1]}).status_code == 404
+
+
+def test_a_body_over_the_limit_is_413(http):
+    rows = [[1.0, 2.0, 3.0]] * (MAX_REQUEST_BYTES // 10)
+    response = http.post("/v1/models/risk:predict", json={"instances": rows})
+    assert response.status_code == 413
+    assert f"at most {MAX_REQUEST_BYTES}" in response.json()["error"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit applies while reading
+        yield b'{"instances": ['
+        for _ in range(MAX_REQUEST_BYTES // 10):
+            yield b"[1, 2, 3],"
+        yield b"[1, 2, 3]]}"
+
+    response = http.post("/v1/models/risk:predict", content=chunks())
+    assert response.status_code == 413
+    assert f"over {MAX_REQUEST_BYTES} bytes" in response.json()["error"]
+
+
+def test_bad_requests_do_not_disturb_good_ones(http, server):
+    errors: list[object] = []
+    good = {"instances": [[1.0, 2.0, 3.0]]}
+    bad = [b"{", b'{"instances": [[1]]}', b'{"instances": [["x", "y", "z"]]}']
+
+    def client(n: int) -> None:
+        with httpx.Client(base_url=server, timeout=30) as own:
+            for i in range(15):
+                if n % 2:
+                    response = own.post("/v1/models/risk:predict", content=bad[i % 3])
+                    ok = response.status_code == 400
+                else:
+                    response = own.post("/v1/models/risk:predict", json=good)
+                    ok = response.json() == {"predictions": [[2.0, 2.0]]}
+                if not ok:
+                    errors.append((n, response.status_code, response.text))
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert http.get("/v1/models/risk").json()["model_version_status"][0]["state"] == "AVAILABLE"
+
+
+# -- KServe v2 with tritonclient ------------------------------------------------------
+
+
+def test_v2_health_and_server_metadata(v2):
+    assert v2.is_server_live()
+    assert v2.is_server_ready()
+    metadata = v2.get_server_metadata()
+    assert metadata["name"] == "keras-lifecycle"
+    assert "model_repository" in metadata["extensions"]
+
+
+def test_v2_model_metadata_and_readiness(v2):
+    metadata = v2.get_model_metadata("pair")
+    assert metadata["inputs"] == [
+        {"name": "a", "datatype": "FP32", "shape": [-1, 2]},
+        {"name": "b", "datatype": "INT64", "shape": [-1, 1]},
+    ]
+    assert sorted(o["name"] for o in metadata["outputs"]) == ["logits", "score"]
+    assert v2.get_model_metadata("risk", model_version="1")["versions"] == ["1", "2"]
+    assert v2.is_model_ready("risk")
+    assert v2.is_model_ready("risk", model_version="2")
+    assert not v2.is_model_ready("risk", model_version="3")
+    assert not v2.is_model_ready("nope")
+
+
+def test_v2_infer(v2):
+    a = triton.InferInput("a", [2, 2], "FP32")
+    a.set_data_from_numpy(np.array([[1, 2], [0, 0]], "float32"), binary_data=False)
+    b = triton.InferInput("b", [2, 1], "INT64")
+    b.set_data_from_numpy(np.array([[3], [1]], "int64"), binary_data=False)
+    result = v2.infer(
+        "pair",
+        [a, b],
+        outputs=[triton.InferRequestedOutput("score", binary_data=False)],
+        request_id="r-1",
+    )
+    np.testing.assert_allclose(result.as_numpy("score"), [[12.0], [2.0]])
+    assert result.as_numpy("logits") is None
+    response = result.get_response()
+    assert (response["model_name"], response["model_version"], response["id"]) == (
+        "pair",
+        "4",
+        "r-1",
+    )
+    x = triton.InferInput("features", [1, 3], "FP32")
+    x.set_data_from_numpy(np.zeros((1, 3), "float32"), binary_data=False)
+    pinned = v2.infer("risk", [x], model_version="1")
+    np.testing.assert_allclose(pinned.as_numpy("output_0"), [[1.0, 1.0]])
+
+
+@pytest.mark.parametrize(
+    ("inputs", "model", "fragment"),
+    [
+        ([("features", [1, 3], "INT64")], "risk", "datatype 'INT64'; the model takes 'FP32'"),
+        ([("features", [1, 2], "FP32")], "risk", "has shape (1, 2)"),
+        ([("other", [1, 3], "FP32")], "risk", "no input named 'other'"),
+    ],
+)
+def test_v2_bad_infer_is_400_with_a_message(v2, inputs, model, fragment):
+    request = []
+    for name, shape, datatype in inputs:
+        item = triton.InferInput(name, shape, datatype)
+        dtype = "int64" if datatype == "INT64" else "float32"
+        item.set_data_from_numpy(np.zeros(shape, dtype), binary_data=False)
+        request.append(item)
+    with pytest.raises(InferenceServerException, match=r"\[400\]") as caught:
+        v2.infer(model, request)
+    assert fragment in caught.value.message()
+
+
+def test_v2_unknown_model_and_binary_data(v2, http):
+    x = triton.InferInput("features", [1, 3], "FP32")
+    x.set_data_from_numpy(np.zeros((1, 3), "float32"), binary_data=False)
+    with pytest.raises(InferenceServerException, match=r"\[404\]"):
+        v2.infer("nope", [x])
+    binary = triton.InferInput("features", [1, 3], "FP32")
+    binary.set_data_from_numpy(np.zeros((1, 3), "float32"))  # binary_data=True by default
+    with pytest.raises(InferenceServerException, match="binary tensor data extension"):
+        v2.infer("risk", [binary])
+    flat = {"inputs": [{"name": "features", "shape": [1, 3], "datatype": "FP32", "data": [1, 2]}]}
+    response = http.post("/v2/models/risk/infer", json=flat)
+    assert response.status_code == 400
+    assert "has 2 values, but its shape [1, 3] holds 3" in response.json()["error"]
+
+
+def test_v2_repository_index_unload_and_load(v2, server):
+    index = {(m["name"], m["version"]): m["state"] for m in v2.get_model_repository_index()}
+    assert index == {
+        ("risk", "1"): "READY",
+        ("risk", "2"): "READY",
+        ("pair", "4"): "READY",
+        ("words", "1"): "READY",
+        ("embed", "1"): "READY",
+    }
+    ready_only = httpx.post(f"{server}/v2/repository/index", json={"ready": True})
+    assert len(ready_only.json()) == 5
+    too_big = httpx.post(f"{server}/v2/repository/index", content=b" " * (MAX_REQUEST_BYTES + 1))
+    assert too_big.status_code == 413
+    v2.unload_model("words")
+    deadline = time.monotonic() + 30
+    while v2.is_model_ready("words") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not v2.is_model_ready("words")
+    v2.load_model("words")
+    assert v2.is_model_ready("words")
+    with pytest.raises(InferenceServerException, match="not in the server's configuration"):
+        v2.load_model("nope")
+    with pytest.raises(InferenceServerException, match="labels"):
+        v2.unload_model("risk")  # its labels pin both versions
+    assert v2.is_model_ready("risk", model_version="1")
+
+
+# -- metrics ----------------------------------------------------------------------------
+
+
+def test_prometheus_metrics_report_the_served_versions(http):
+    http.post("/v1/models/risk/versions/1:predict", json={"instances": [[0, 0, 0]]})
+    text = http.get("/monitoring/prometheus/metrics").text
+    assert 'lifecycle_version_bytes{model="risk",registry="test-server",version="1"}' in text
+    assert "lifecycle_live_models" in text
+
+
+# -- configuration ----------------------------------------------------------------------
+
+
+def test_config_defaults_to_loopback_and_tensorflow_serving_ports(models_root):
+    config = ServerConfig.from_flags(model_base_path=str(models_root / "risk"))
+    assert (config.host, config.rest_api_port) == ("127.0.0.1", 8501)
+    assert config.models == (ServedModel("default", str(models_root / "risk")),)
+    assert config.freeze_heap and config.loader_gil_share < 1
+
+
+def test_config_file_policies_and_labels(models_root):
+    config = ServerConfig.from_flags(model_config_file=str(models_root / "models.config"))
+    risk, pair, *_ = config.models
+    assert risk.policy == lc.VersionPolicy.specific([1, 2])
+    assert risk.labels == {"stable": 1, "canary": 2}
+    assert pair.policy == lc.VersionPolicy.latest()
+
+
+@pytest.mark.parametrize(
+    ("flags", "error", "fragment"),
+    [
+        ({"rest_api_port": 70000}, ValueError, "--rest_api_port must be a port number"),
+        ({"max_request_bytes": 0}, ValueError, "--max_request_bytes must be a number > 0"),
+        ({"memory_budget": -1}, ValueError, "--memory_budget must be a number > 0"),
+        (
+            {"file_system_poll_wait_seconds": -1},
+            ValueError,
+            "--file_system_poll_wait_seconds must be a number >= 0",
+        ),
+        ({"model_name": "risk"}, ValueError, "--model_name needs --model_base_path"),
+        ({"model_base_path": "/no/such/dir"}, FileNotFoundError, "--model_base_path"),
+        ({"model_config_file": "/no/such.config"}, FileNotFoundError, "--model_config_file"),
+    ],
+)
+def test_bad_flags_are_refused_naming_the_flag(flags, error, fragment):
+    with pytest.raises(error, match=fragment):
+        ServerConfig.from_flags(**flags)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("model_config_list { config { name: ", "does not parse"),
+        ('model_config_list { config { name: "m" } }', "needs a name and a base_path"),
+        (
+            'model_config_list { config { name: "m" base_path: "%s" model_platform: "onnx" } }',
+            "model_platform 'onnx' is not served",
+        ),
+        (
+            'model_config_list { config { name: "m" base_path: "%s" '
+            'version_labels { key: "bad-label" value: 1 } } }',
+            "must match [a-zA-Z0-9_]+",
+        ),
+    ],
+)
+def test_bad_model_config_files(tmp_path, text, fragment):
+    path = tmp_path / "models.config"
+    path.write_text(text.replace("%s", str(tmp_path)))
+    with pytest.raises(ValueError, match="--model_config_file") as caught:
+        ServerConfig.from_flags(model_config_file=str(path))
+    assert fragment in str(caught.value)
+
+
+# -- the command ------------------------------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
+    port = free_port()
+    command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
+    flags = ["--rest_api_port", str(port), "--model_name", "risk"]
+    flags += ["--model_base_path", str(models_root / "risk"), "--drain_seconds", "5"]
+    process = subprocess.Popen(
+        [*command, *flags],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "lifecycle serve was not ready within 180 s"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200:
+                    break
+            time.sleep(0.2)
+        body = {"instances": [[0.0, 0.0, 0.0]]}
+        answer = httpx.post(f"{url}/v1/models/risk:predict", json=body, timeout=30)
+        assert answer.json() == {"predictions": [[3.0, 3.0]]}  # the latest version, 3
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode == 0, output
+        assert "Shutting down" in output
+        assert "Registry closed: 1 version(s) drained and disposed." in output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+
+
+@pytest.mark.subprocess
+def test_the_library_does_not_import_the_server_and_a_missing_extra_names_the_install(
+    run_child,
+):
+    out = run_child(
+        """
+        import sys
+        import lifecycle
+        print("server imported:", [m for m in ("lifecycle.server", "starlette", "uvicorn")
+                                    if m in sys.modules])
+        sys.modules["uvicorn"] = None  # as if the serve extra were not installed
+        try:
+            import lifecycle.server
+        except ImportError as error:
+            print("error:", error)
+        """
+    )
+    assert "server imported: []" in out
+    assert "error: lifecycle.server needs the serve extra (uvicorn is missing): " in out
+    assert 'pip install "keras-lifecycle[serve]"' in out
