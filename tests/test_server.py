@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -355,7 +356,8 @@ def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_p
         wait_until(lambda: [s.version for s in registry.status("m")] == [2], "1 retired")
 
         (tmp_path / "m" / "3").mkdir()
-        (tmp_path / "m" / "3" / "model.keras").write_bytes(b"not a keras archive")
+        with zipfile.ZipFile(tmp_path / "m" / "3" / "model.keras", "w") as archive:
+            archive.writestr("config.json", "not a keras model")  # complete, but broken
         wait_until(lambda: "version 3 failed" in caplog.text, "the failed load logged")
         time.sleep(0.5)  # several polls: the broken version is not retried
         assert caplog.text.count("version 3 failed") == 1
@@ -373,6 +375,31 @@ def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_p
         (tmp_path / "m" / "3" / "model.keras").unlink()
         assert httpx.post(f"{url}/v2/repository/models/m/load", json={}).status_code == 200
         assert answer(url) == {"predictions": [[5.0, 5.0]]}
+
+
+def test_savedmodel_versions_are_served_and_swapped_by_polling(tmp_path):
+    """What TF Serving users deploy: ``model.export()`` directories, renamed into place."""
+
+    def publish(value: float, version: int) -> None:
+        aside = tmp_path / "m" / f".tmp-{version}"
+        constant_model(value).export(str(aside), verbose=False)
+        aside.rename(tmp_path / "m" / str(version))
+
+    publish(1.0, 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_name="m",
+        model_base_path=str(tmp_path / "m"),
+        file_system_poll_wait_seconds=0.1,
+    )
+    with lc.ModelRegistry(name="saved-models") as registry, running(registry, config) as url:
+        assert answer(url) == {"predictions": [[1.0, 1.0]]}
+        metadata = httpx.get(f"{url}/v1/models/m/metadata", timeout=30).json()
+        inputs = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]
+        assert list(inputs["inputs"]) == ["features"]
+        publish(4.0, 2)
+        wait_until(lambda: answer(url) == {"predictions": [[4.0, 4.0]]}, "version 2 served")
+        wait_until(lambda: [s.version for s in registry.status("m")] == [2], "1 retired")
 
 
 def test_bad_paths_and_verbs(http):

@@ -13,7 +13,9 @@ from ._status import SwapPolicy as SwapPolicy
 from ._status import VersionState as VersionState
 from ._status import VersionStatus as VersionStatus
 from ._version_dirs import VersionPolicy as VersionPolicy
+from ._version_dirs import VersionSource as VersionSource
 from ._version_dirs import available_versions as available_versions
+from ._version_dirs import version_source as version_source
 from ._watching import ScanReport as ScanReport
 
 __all__ = [
@@ -25,7 +27,9 @@ __all__ = [
     "ServingSignature",
     "SwapPolicy",
     "VersionPolicy",
+    "VersionSource",
     "VersionState",
     "VersionStatus",
     "available_versions",
+    "version_source",
 ]

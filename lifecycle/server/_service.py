@@ -21,20 +21,24 @@ from .._registry import (
     ServingSignature,
     VersionState,
     VersionStatus,
+    version_source,
 )
 from ..errors import UnknownModelError
 from ._config import ServedModel, ServerConfig
 
-__all__ = ["ModelService", "keras_versions"]
+__all__ = ["ModelService", "served_versions"]
 
 _log = logging.getLogger("lifecycle.server")
 
 
-def keras_versions(base_path: str) -> dict[int, str]:
-    """``{version: .keras file}`` of the version directories under ``base_path``.
+def served_versions(base_path: str) -> dict[int, str]:
+    """``{version: source}`` of the complete version directories under ``base_path``.
 
-    A version is ``<base_path>/<version>/`` holding exactly one ``.keras`` file;
-    other directories are skipped.
+    A version is ``<base_path>/<version>/`` holding a SavedModel (the source is
+    the directory) or one ``.keras`` archive (the source is the file), as the
+    registry reads them (``version_source``): a directory still being written,
+    or named otherwise than by an integer, is skipped. Checkpoint-only versions
+    need a factory, which a server has not, and are skipped too.
 
     Raises:
         FileNotFoundError: ``base_path`` is not a directory.
@@ -45,9 +49,9 @@ def keras_versions(base_path: str) -> dict[int, str]:
     for entry in os.scandir(base_path):
         if not (entry.is_dir() and entry.name.isdigit()):
             continue
-        files = [f.path for f in os.scandir(entry.path) if f.name.endswith(".keras")]
-        if len(files) == 1:
-            found[int(entry.name)] = files[0]
+        source = version_source(entry.path)
+        if source is not None and source.kind in ("saved_model", "keras"):
+            found[int(entry.name)] = source.path
     return found
 
 
@@ -227,7 +231,7 @@ class ModelService:
         Polling skips versions whose file failed to load before (until it
         changes) and keeps serving what it has when a load fails.
         """
-        files = keras_versions(model.base_path)
+        files = served_versions(model.base_path)
         if polling:
             files = {v: f for v, f in files.items() if (f, os.path.getmtime(f)) not in self._failed}
         present = {s.version for s in self._statuses(model.name)}
@@ -237,7 +241,7 @@ class ModelService:
         if not wanted:
             raise FileNotFoundError(
                 f"Model {model.name!r}: no version directory under {model.base_path!r} "
-                "holds a .keras file that its version policy serves."
+                "holds a SavedModel or a .keras file that its version policy serves."
             )
         stray = {lb: v for lb, v in model.labels.items() if v not in wanted}
         if stray:
