@@ -388,9 +388,37 @@ def test_labels_and_routes_follow_re_pointed_labels(registry):
     assert answer(registry, key="x") == 2.0
 
 
+def test_remove_label_stops_its_requests_and_frees_its_version_to_unload(registry):
+    registry.load("risk", 1, constant(1.0), labels=["stable"])
+    registry.load("risk", 2, constant(2.0), labels=["canary", "beta"])
+    registry.remove_label("risk", "canary")
+    assert {s.version: s.labels for s in registry.status("risk")} == {1: ("stable",), 2: ("beta",)}
+    with pytest.raises(lc.UnknownModelError, match="no label 'canary'"):
+        answer(registry, label="canary")
+    assert answer(registry, label="beta") == 2.0
+    registry.remove_label("risk", "beta")
+    registry.unload("risk", 2, wait=True)
+    assert [s.version for s in registry.status("risk")] == [1]
+
+
+def test_remove_label_refuses_a_label_the_route_goes_through(registry):
+    registry.load("risk", 1, constant(1.0), labels=["stable"])
+    registry.load("risk", 2, constant(2.0), labels=["canary"])
+    registry.route("risk", {"stable": 1, "canary": 1})
+    with pytest.raises(ValueError, match="label 'canary' is a target of the route"):
+        registry.remove_label("risk", "canary")
+    assert answer(registry, label="canary") == 2.0
+    registry.route("risk", None)
+    registry.remove_label("risk", "canary")
+    assert registry.status("risk")[1].labels == ()
+
+
 @pytest.mark.parametrize(
     ("call", "error", "fragment"),
     [
+        (lambda r: r.remove_label("risk", "gold"), lc.UnknownModelError, "no label 'gold'"),
+        (lambda r: r.remove_label("nope", "canary"), lc.UnknownModelError, "No model named"),
+        (lambda r: r.remove_label("risk", ""), ValueError, "non-empty string"),
         (lambda r: r.predict("nope", X), lc.UnknownModelError, "No model named 'nope'"),
         (lambda r: r.predict("risk", X, version=9), lc.UnknownModelError, "no version 9 ready"),
         (lambda r: r.predict("risk", X, label="gold"), lc.UnknownModelError, "no label 'gold'"),

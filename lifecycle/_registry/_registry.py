@@ -524,6 +524,30 @@ class ModelRegistry:
         """
         self._table.set_label(name, check_label(label), version)
 
+    def remove_label(self, name: str, label: str) -> None:
+        """Remove ``label`` from ``name``; its version stays loaded and keeps its other labels.
+
+        Requests that name the label fail with :class:`UnknownModelError` from
+        then on. A version no label or route points to any more can be unloaded.
+
+        Raises:
+            UnknownModelError: No such model or label.
+            ValueError: The model's route sends traffic through the label:
+                change or remove the route first.
+
+        Example:
+            >>> import keras, lifecycle as lc
+            >>> def factory():
+            ...     x = keras.Input((2,))
+            ...     return keras.Model(x, keras.layers.Dense(1)(x))
+            >>> with lc.ModelRegistry() as registry:
+            ...     _ = registry.load("risk", 1, factory, labels=["canary"])
+            ...     registry.remove_label("risk", "canary")
+            ...     registry.status("risk")[0].labels
+            ()
+        """
+        self._table.remove_label(name, check_label(label))
+
     def route(self, name: str, weights: Mapping[str | int, float] | None) -> None:
         """Split a model's unpinned traffic by weight among labels and versions.
 

@@ -264,6 +264,21 @@ class VersionTable:
             entry.labels[label] = version
             self.cond.notify_all()
 
+    def remove_label(self, name: str, label: str) -> None:
+        """Remove ``label`` from ``name``, unless the route sends traffic through it."""
+        with self.cond:
+            entry = self.entry(name)
+            if label not in entry.labels:
+                raise UnknownModelError(
+                    f"{name!r} has no label {label!r}. Labels: {sorted(entry.labels)}"
+                )
+            if any(target == label for target, _ in entry.route or ()):
+                raise ValueError(
+                    f"{name!r} label {label!r} is a target of the route "
+                    f"{dict(entry.route or ())}; change or remove the route first."
+                )
+            del entry.labels[label]
+
     def route(self, name: str, weights: Mapping[Hashable, float] | None) -> None:
         """Set (or with ``None`` remove) the weighted route of ``name``."""
         with self.cond:
