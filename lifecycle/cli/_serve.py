@@ -55,6 +55,20 @@ def serve(
         "--file_system_poll_wait_seconds",
         help="Look for new versions under the base paths this often; 0: only at start-up.",
     ),
+    admin_token: str = typer.Option(
+        None,
+        "--admin_token",
+        help="Bearer token of the admin API and repository load/unload; better set in "
+        "the LIFECYCLE_ADMIN_TOKEN environment variable. Needed with a --host beyond loopback.",
+    ),
+    no_admin_api: bool = typer.Option(
+        False, "--no_admin_api", help="Serve without the admin API and repository load/unload."
+    ),
+    sticky_key_header: str = typer.Option(
+        "X-Lifecycle-Key",
+        "--sticky_key_header",
+        help="Request header holding the sticky routing key of weighted routes.",
+    ),
 ) -> None:
     """Serve models over TensorFlow Serving's REST API and KServe's v2 protocol.
 
@@ -86,6 +100,9 @@ def serve(
             max_request_bytes=max_request_bytes,
             drain_seconds=drain_seconds,
             file_system_poll_wait_seconds=file_system_poll_wait_seconds,
+            admin_api=not no_admin_api,
+            admin_token=admin_token,
+            sticky_key_header=sticky_key_header,
         )
     except (ValueError, FileNotFoundError) as error:
         console().print(f"lifecycle serve: {error}", markup=False)

@@ -9,6 +9,7 @@ Modules, one concern each:
 * ``_config``: :class:`ServerConfig`, the flags, TensorFlow Serving's model config file;
 * ``_service``: :class:`ModelService`, the one request path into the registry;
 * ``_tfserving``, ``_kserve``: the protocol adapters, side by side;
+* ``_admin``: the admin API (promote, labels, routes), bearer tokens, sticky keys;
 * ``_errors``: the one table from exceptions to wire statuses;
 * ``_http``: JSON bodies under a size limit, shared by the adapters;
 * ``_app``: :func:`build_app` (the ASGI app) and :func:`serve` (the process).

@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from .._core import tune_allocator
 from .._registry import ModelRegistry
+from ._admin import routes as admin_routes
 from ._config import ServerConfig
 from ._errors import ERRORS, error_status, wire_message
 from ._http import blocking, json_response
@@ -50,7 +51,7 @@ def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
 
     Returns:
         A Starlette application serving TensorFlow Serving's REST API, KServe's
-        v2 protocol and Prometheus metrics.
+        v2 protocol, the admin API and Prometheus metrics.
 
     Example:
         >>> import lifecycle as lc
@@ -73,7 +74,10 @@ def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
         status = error_status(error)
         if status.status >= 500:
             _log.error("%s %s failed", request.method, request.url.path, exc_info=error)
-        return json_response({"error": wire_message(error)}, status.status)
+        response = json_response({"error": wire_message(error)}, status.status)
+        if status.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
 
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
@@ -88,6 +92,7 @@ def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
         routes=[
             *tfserving_routes(service, config.max_request_bytes),
             *kserve_routes(service, config.max_request_bytes),
+            *admin_routes(service, config),
             *_metrics_routes(registry),
         ],
         exception_handlers=handlers,

@@ -9,6 +9,7 @@ with its generated code, so a file written for TensorFlow Serving works as is.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from collections.abc import Mapping
@@ -17,10 +18,29 @@ import attrs
 
 from .._registry import VersionPolicy
 
-__all__ = ["ServedModel", "ServerConfig"]
+__all__ = ["ADMIN_TOKEN_ENV", "ServedModel", "ServerConfig"]
 
 # TensorFlow Serving's own label syntax.
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+#: Where the admin token is read when ``--admin_token`` is not given: a secret
+#: on a command line is visible to every user of the machine (``ps``).
+ADMIN_TOKEN_ENV = "LIFECYCLE_ADMIN_TOKEN"
+
+# An HTTP header name (RFC 9110 token characters).
+_HEADER_CHARS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"
+)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``): other hosts cannot connect."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve beyond loopback
+        return False
 
 
 @attrs.frozen
@@ -99,6 +119,14 @@ class ServerConfig:
         loader_gil_share: The registry's ``loader_gil_share``.
         freeze_heap: The registry's ``freeze_heap``.
         tune_allocator: Call :func:`lifecycle.tune_allocator` at start-up.
+        admin_api: Serve the admin API (promote, labels, routes) and KServe's
+            repository load/unload (``--no_admin_api`` turns them off).
+        admin_token: The bearer token admin calls must carry
+            (``--admin_token``, or the ``LIFECYCLE_ADMIN_TOKEN`` environment
+            variable). Without one, the admin API is served only when ``host``
+            is loopback.
+        sticky_key_header: The request header whose value is a request's
+            sticky routing key (``--sticky_key_header``).
 
     Example:
         >>> from lifecycle.server import ServerConfig
@@ -127,12 +155,34 @@ class ServerConfig:
     loader_gil_share: float = 0.5
     freeze_heap: bool = True
     tune_allocator: bool = True
+    admin_api: bool = True
+    # Never in repr(): configs get logged.
+    admin_token: str | None = attrs.field(default=None, repr=False)
+    sticky_key_header: str = "X-Lifecycle-Key"
 
     def __attrs_post_init__(self) -> None:
         names = [model.name for model in self.models]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ValueError(f"--model_config_file names {twice} more than once.")
+        if self.admin_token is not None and (
+            not self.admin_token or not self.admin_token.isprintable() or " " in self.admin_token
+        ):
+            raise ValueError(
+                "--admin_token must be a non-empty string of printable characters "
+                "without spaces (it travels as 'Authorization: Bearer <token>')."
+            )
+        if self.admin_api and self.admin_token is None and not is_loopback(self.host):
+            raise ValueError(
+                f"--host {self.host!r} accepts other hosts, so the admin API needs a token: "
+                f"set --admin_token (or the {ADMIN_TOKEN_ENV} environment variable), or "
+                "pass --no_admin_api to serve without the admin API."
+            )
+        if not self.sticky_key_header or not set(self.sticky_key_header) <= _HEADER_CHARS:
+            raise ValueError(
+                "--sticky_key_header must be an HTTP header name. "
+                f"Received: {self.sticky_key_header!r}"
+            )
 
     @classmethod
     def from_flags(
@@ -148,12 +198,17 @@ class ServerConfig:
         max_request_bytes: int = 64 * 2**20,
         drain_seconds: float = 10.0,
         file_system_poll_wait_seconds: float = 0.0,
+        admin_api: bool = True,
+        admin_token: str | None = None,
+        sticky_key_header: str = "X-Lifecycle-Key",
     ) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
         Either ``model_base_path`` (with ``model_name``, default ``"default"``
         as in TensorFlow Serving) or ``model_config_file``, or neither (an
         empty server that models are loaded into through the repository API).
+        Without ``admin_token``, the token is read from the
+        ``LIFECYCLE_ADMIN_TOKEN`` environment variable, if set.
 
         Raises:
             ValueError: A flag is out of range, both model flags are given, or
@@ -180,7 +235,14 @@ class ServerConfig:
             max_request_bytes=max_request_bytes,
             drain_seconds=drain_seconds,
             file_system_poll_wait_seconds=file_system_poll_wait_seconds,
+            admin_api=admin_api,
+            admin_token=admin_token if admin_token is not None else _env_token(),
+            sticky_key_header=sticky_key_header,
         )
+
+
+def _env_token() -> str | None:
+    return os.environ.get(ADMIN_TOKEN_ENV) or None
 
 
 def read_model_config(path: str) -> tuple[ServedModel, ...]:

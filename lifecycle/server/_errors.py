@@ -7,7 +7,8 @@ subclasses come before their bases. Both REST protocols answer errors as
 Open Inference Protocol), with TensorFlow Serving's statuses for the codes it
 has (404 NOT_FOUND, 400 INVALID_ARGUMENT, 503 UNAVAILABLE, 500 INTERNAL); a
 request body over the limit is 413 and a load that cannot fit the memory budget
-507.
+507; an admin call without the right bearer token is 401, and one to a server
+whose admin API is turned off 403.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from ..errors import (
 
 __all__ = [
     "ERRORS",
+    "AdminDisabledError",
     "BadRequestError",
     "PayloadTooLargeError",
+    "UnauthorizedError",
     "WireError",
     "error_status",
     "wire_message",
@@ -39,6 +42,14 @@ class BadRequestError(ValueError):
 
 class PayloadTooLargeError(ValueError):
     """A request body over ``max_request_bytes`` (HTTP 413)."""
+
+
+class UnauthorizedError(PermissionError):
+    """An admin call without the server's bearer token (HTTP 401)."""
+
+
+class AdminDisabledError(PermissionError):
+    """An admin call to a server started with ``--no_admin_api`` (HTTP 403)."""
 
 
 @attrs.frozen
@@ -57,6 +68,8 @@ class WireError:
 # Order matters: the first matching row wins.
 ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
     (PayloadTooLargeError, WireError(413, "RESOURCE_EXHAUSTED")),
+    (UnauthorizedError, WireError(401, "UNAUTHENTICATED")),
+    (AdminDisabledError, WireError(403, "PERMISSION_DENIED")),
     (UnknownModelError, WireError(404, "NOT_FOUND")),
     (BudgetExceededError, WireError(507, "RESOURCE_EXHAUSTED")),
     (UnavailableError, WireError(503, "UNAVAILABLE")),

@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from .._registry import VersionState
 from ..errors import UnknownModelError
+from ._admin import authorize, sticky_key
 from ._errors import BadRequestError
 from ._http import blocking, json_response, read_json
 from ._service import ModelService
@@ -100,7 +101,8 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
                 "JSON (tritonclient: binary_data=False)."
             )
         body = await read_json(request, max_request_bytes)
-        return json_response(await blocking(_infer, service, name, version, body))
+        key = sticky_key(request, service.config)
+        return json_response(await blocking(_infer, service, name, version, body, key))
 
     async def index(request: Request) -> Response:
         body = await read_json(request, max_request_bytes, empty={})
@@ -115,10 +117,12 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
         )
 
     async def load(request: Request) -> Response:
+        authorize(request, service.config)  # an admin call
         await blocking(service.load, request.path_params["name"])
         return json_response({})
 
     async def unload(request: Request) -> Response:
+        authorize(request, service.config)  # an admin call
         await blocking(service.unload, request.path_params["name"])
         return json_response({})
 
@@ -152,7 +156,9 @@ def _tensor_metadata(spec: Any) -> dict[str, Any]:
     }
 
 
-def _infer(service: ModelService, name: str, version: int | None, body: Any) -> dict[str, Any]:
+def _infer(
+    service: ModelService, name: str, version: int | None, body: Any, key: str | None
+) -> dict[str, Any]:
     if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
         raise BadRequestError("The request body must be an object with an 'inputs' list.")
     _, signature = service.signature(name, version)
@@ -171,7 +177,7 @@ def _infer(service: ModelService, name: str, version: int | None, body: Any) -> 
             )
         inputs[spec.name] = _array(item)
     requested = body.get("outputs")
-    result = service.infer(name, inputs, version)
+    result = service.infer(name, inputs, version, key=key)
     names = list(result.outputs)
     if requested is not None:
         if not isinstance(requested, list) or not all(

@@ -24,7 +24,7 @@ from .._registry import (
     version_source,
 )
 from ..errors import UnknownModelError
-from ._config import ServedModel, ServerConfig
+from ._config import _LABEL_CHARS, ServedModel, ServerConfig
 
 __all__ = ["ModelService", "served_versions"]
 
@@ -171,14 +171,73 @@ class ModelService:
         inputs: Mapping[str, Any],
         version: int | None = None,
         label: str | None = None,
+        key: str | None = None,
     ) -> Inference:
         """Run a request with named inputs on the version it resolves to.
+
+        Args:
+            name: The model.
+            inputs: ``{input name: values}``.
+            version: Serve this version.
+            label: Serve the version this label points to.
+            key: The request's sticky routing key: with a route, the same key
+                always gets the same version.
 
         Raises:
             UnknownModelError: No such model, version or label.
             ValueError, TypeError: The inputs do not fit the signature.
         """
-        return self.registry.infer(name, inputs, version=version, label=label)
+        return self.registry.infer(name, inputs, version=version, label=label, key=key)
+
+    # -- swaps, labels, routes (the admin API) ---------------------------------------
+
+    def promote(self, name: str, version: int) -> tuple[VersionStatus, ...]:
+        """Make a ready version the default; returns the model's versions.
+
+        Polling the base path does not undo it: a poll promotes only a version
+        it has just loaded, or when the default left the version policy.
+
+        Raises:
+            UnknownModelError: No such model or ready version.
+        """
+        self.registry.promote(name, version)
+        return self.versions(name)
+
+    def set_label(self, name: str, label: str, version: int) -> tuple[VersionStatus, ...]:
+        """Point ``label`` at a ready version; returns the model's versions.
+
+        Raises:
+            ValueError: The label is not TensorFlow Serving's ``[a-zA-Z0-9_]+``.
+            UnknownModelError: No such model or ready version.
+        """
+        if not label or not set(label) <= _LABEL_CHARS:
+            raise ValueError(f"A version label must match [a-zA-Z0-9_]+. Received: {label!r}")
+        self.registry.set_label(name, label, version)
+        return self.versions(name)
+
+    def remove_label(self, name: str, label: str) -> tuple[VersionStatus, ...]:
+        """Remove ``label``; returns the model's versions.
+
+        Raises:
+            UnknownModelError: No such model or label.
+            ValueError: The route goes through the label.
+        """
+        self.registry.remove_label(name, label)
+        return self.versions(name)
+
+    def route(
+        self, name: str, weights: Mapping[str | int, float] | None
+    ) -> tuple[VersionStatus, ...]:
+        """Split ``name``'s traffic by weight among labels (str) and versions (int).
+
+        ``None`` removes the route. Returns the model's versions.
+
+        Raises:
+            TypeError, ValueError: Bad weights.
+            UnknownModelError: No such model, label or ready version.
+        """
+        self.registry.route(name, weights)
+        return self.versions(name)
 
     # -- the model repository -----------------------------------------------------
 
@@ -249,6 +308,7 @@ class ModelService:
                 f"Model {model.name!r}: labels {stray} point to versions not served "
                 f"(served: {wanted})."
             )
+        loaded = False
         for version in wanted:
             if version not in present:
                 labels = [lb for lb, v in model.labels.items() if v == version]
@@ -257,7 +317,11 @@ class ModelService:
                 except Exception:
                     self._failed.add((files[version], os.path.getmtime(files[version])))
                     raise
-        self.registry.promote(model.name, wanted[-1])
+                loaded = True
+        # A poll that found nothing new keeps the default an admin call chose.
+        default = next((s.version for s in self._statuses(model.name) if s.default), None)
+        if not polling or loaded or default not in wanted:
+            self.registry.promote(model.name, wanted[-1])
         for version in present - set(wanted):  # left the policy: drained, then disposed
             self.registry.unload(model.name, version)
 

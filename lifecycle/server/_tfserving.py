@@ -28,6 +28,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 
 from .._registry import ServingSignature, VersionState, VersionStatus
+from ._admin import sticky_key
 from ._errors import BadRequestError
 from ._http import blocking, json_response, read_json
 from ._service import ModelService
@@ -77,7 +78,8 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
                 f"received {request.url.path!r}."
             )
         body = await read_json(request, max_request_bytes)
-        return json_response(await blocking(_predict, service, name, version, label, body))
+        key = sticky_key(request, service.config)
+        return json_response(await blocking(_predict, service, name, version, label, body, key))
 
     return [Route("/v1/models/{path:path}", models, methods=["GET", "POST"])]
 
@@ -127,7 +129,12 @@ def _tensor_info(info: Any, spec: Any, tensor_name: str) -> None:
 
 
 def _predict(
-    service: ModelService, name: str, version: int | None, label: str | None, body: Any
+    service: ModelService,
+    name: str,
+    version: int | None,
+    label: str | None,
+    body: Any,
+    key: str | None,
 ) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequestError("The request body must be a JSON object.")
@@ -147,7 +154,7 @@ def _predict(
     rows = "instances" in body
     inputs = _from_rows(body["instances"], names) if rows else _from_columns(body["inputs"], names)
     inputs = {key: _decode_b64(value) for key, value in inputs.items()}
-    result = service.infer(name, inputs, version, label)
+    result = service.infer(name, inputs, version, label, key=key)
     outputs = {key: _jsonable(key, value) for key, value in result.outputs.items()}
     if rows:
         if len(outputs) == 1:

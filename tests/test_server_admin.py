@@ -1,0 +1,387 @@
+"""The server's admin API, sticky keys from a header, and bearer tokens.
+
+The real server on 127.0.0.1 and a free port: the admin API and TensorFlow
+Serving's REST API over plain HTTP, KServe's v2 protocol with tritonclient.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import keras
+import numpy as np
+import pytest
+import tritonclient.http as triton
+import uvicorn
+from tritonclient.utils import InferenceServerException
+
+import lifecycle as lc
+from lifecycle.server import ServerConfig, build_app
+
+TOKEN = "s3cret-token"
+ROW = {"instances": [[0.0, 0.0, 0.0]]}
+
+
+def constant_model(value: float) -> keras.Model:
+    """Answers ``value`` twice for any 3 features: versions are told apart."""
+    x = keras.Input((3,), name="features")
+    dense = keras.layers.Dense(
+        2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
+    )
+    return keras.Model(x, dense(x))
+
+
+def save(model: keras.Model, base: Path, version: int) -> None:
+    aside = base / f".writing-{version}"
+    aside.mkdir(parents=True)
+    model.save(aside / "model.keras")
+    aside.rename(base / str(version))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(registry: lc.ModelRegistry, config: ServerConfig) -> Iterator[str]:
+    """uvicorn serving ``build_app`` on a thread; stopped on exit, within a timeout."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(registry, config),
+            host=config.host,
+            port=config.rest_api_port,
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    thread = threading.Thread(target=server.run, name="test-admin-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        assert thread.is_alive(), "the server stopped during start-up"
+        assert time.monotonic() < deadline, "the server did not start within 120 s"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{config.rest_api_port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        assert not thread.is_alive(), "the server did not stop within 30 s"
+
+
+@contextlib.contextmanager
+def client_of(name: str, config: ServerConfig) -> Iterator[httpx.Client]:
+    """A server over a registry of its own, and a client without a token."""
+    with (
+        lc.ModelRegistry(name=name) as registry,
+        running(registry, config) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        yield client
+
+
+def wait_until(predicate, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("models")
+    save(constant_model(1.0), root / "m", 1)
+    save(constant_model(2.0), root / "m", 2)
+    (root / "models.config").write_text(
+        'model_config_list { config { name: "m" base_path: "%s" '
+        "model_version_policy { all {} } "
+        'version_labels { key: "stable" value: 1 } } }' % (root / "m")
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def served(models_root: Path) -> Iterator[tuple[str, lc.ModelRegistry]]:
+    """A server with a token: versions 1 (label ``stable``) and 2, the default."""
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_config_file=str(models_root / "models.config"),
+        admin_token=TOKEN,
+    )
+    with lc.ModelRegistry(name="admin") as registry, running(registry, config) as url:
+        yield url, registry
+
+
+@pytest.fixture
+def admin(served: tuple[str, lc.ModelRegistry]) -> Iterator[httpx.Client]:
+    """An authorised admin client, over a server reset to its start-up state."""
+    url, registry = served
+    registry.route("m", None)
+    for status in registry.status("m"):
+        for label in status.labels:
+            if label != "stable":
+                registry.remove_label("m", label)
+    registry.set_label("m", "stable", 1)
+    registry.promote("m", 2)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=url, timeout=30, headers=headers) as client:
+        yield client
+
+
+def served_by(client: httpx.Client, path: str = "/v1/models/m", **headers: str) -> int:
+    """The version that answered a predict request (version n answers n)."""
+    response = client.post(f"{path}:predict", json=ROW, headers=headers)
+    assert response.status_code == 200, response.text
+    return int(response.json()["predictions"][0][0])
+
+
+def versions(body: dict) -> dict[int, tuple[bool, list[str], float | None]]:
+    return {v["version"]: (v["default"], v["labels"], v["weight"]) for v in body["versions"]}
+
+
+# -- the admin API -------------------------------------------------------------------
+
+
+def test_status_shows_versions_default_labels_and_weights(admin):
+    body = admin.get("/v1/admin/models/m").json()
+    assert body["name"] == "m"
+    assert versions(body) == {1: (False, ["stable"], None), 2: (True, [], None)}
+    assert {v["state"] for v in body["versions"]} == {"READY"}
+    assert all(v["bytes"] > 0 for v in body["versions"])
+
+
+def test_promote_swaps_the_default(admin):
+    assert served_by(admin) == 2
+    body = admin.post("/v1/admin/models/m/promote", json={"version": 1}).json()
+    assert versions(body)[1][0] is True
+    assert served_by(admin) == 1
+    admin.post("/v1/admin/models/m/promote", json={"version": "2"})  # TF Serving's string form
+    assert served_by(admin) == 2
+
+
+def test_set_move_and_remove_a_label(admin):
+    body = admin.put("/v1/admin/models/m/labels/canary", json={"version": 2}).json()
+    assert versions(body)[2] == (True, ["canary"], None)
+    assert served_by(admin, "/v1/models/m/labels/canary") == 2
+    admin.put("/v1/admin/models/m/labels/canary", json={"version": 1})
+    assert served_by(admin, "/v1/models/m/labels/canary") == 1
+    body = admin.delete("/v1/admin/models/m/labels/canary").json()
+    assert versions(body)[1] == (False, ["stable"], None)
+    gone = admin.post("/v1/models/m/labels/canary:predict", json=ROW)
+    assert gone.status_code == 404
+    assert "no label 'canary'" in gone.json()["error"]
+
+
+def test_a_route_splits_by_weight_and_a_sticky_key_keeps_its_version(admin):
+    admin.put("/v1/admin/models/m/labels/canary", json={"version": 2})
+    body = admin.put("/v1/admin/models/m/route", json={"labels": {"stable": 1, "canary": 1}}).json()
+    assert versions(body) == {1: (False, ["stable"], 0.5), 2: (True, ["canary"], 0.5)}
+    v2 = triton.InferenceServerClient(admin.base_url.netloc.decode(), network_timeout=30)
+    x = triton.InferInput("features", [1, 3], "FP32")
+    x.set_data_from_numpy(np.zeros((1, 3), "float32"), binary_data=False)
+    try:
+        chosen = {}
+        for i in range(40):
+            key = f"user-{i}"
+            answers = {served_by(admin, **{"X-Lifecycle-Key": key}) for _ in range(3)}
+            answers.add(
+                int(v2.infer("m", [x], headers={"X-Lifecycle-Key": key}).as_numpy("output_0")[0, 0])
+            )
+            assert len(answers) == 1, f"key {key!r} was answered by versions {answers}"
+            chosen[key] = answers.pop()
+    finally:
+        v2.close()
+    assert 8 <= list(chosen.values()).count(1) <= 32  # both versions get keys
+    # A route through the label follows it when it moves.
+    admin.put("/v1/admin/models/m/labels/canary", json={"version": 1})
+    assert {served_by(admin, **{"X-Lifecycle-Key": k}) for k in chosen} == {1}
+    body = admin.delete("/v1/admin/models/m/route").json()
+    assert {v[2] for v in versions(body).values()} == {None}
+    assert served_by(admin, **{"X-Lifecycle-Key": "user-0"}) == 2  # the default again
+
+
+def test_a_route_by_versions(admin):
+    admin.put("/v1/admin/models/m/route", json={"versions": {"1": 3, "2": 1}})
+    weights = {v: w for v, (_, _, w) in versions(admin.get("/v1/admin/models/m").json()).items()}
+    assert weights == {1: 0.75, 2: 0.25}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "fragment"),
+    [
+        ("GET", "/v1/admin/models/nope", None, 404, "No model named 'nope'"),
+        ("POST", "/v1/admin/models/m/promote", {"version": 9}, 404, "no ready version 9"),
+        ("POST", "/v1/admin/models/m/promote", {"v": 1}, 400, '{"version": <int >= 0>}'),
+        ("POST", "/v1/admin/models/m/promote", {"version": True}, 400, "<int >= 0>"),
+        ("PUT", "/v1/admin/models/m/labels/bad-label", {"version": 1}, 400, "[a-zA-Z0-9_]+"),
+        ("DELETE", "/v1/admin/models/m/labels/gold", None, 404, "no label 'gold'"),
+        ("PUT", "/v1/admin/models/m/route", {"weights": {}}, 400, '{"labels": {label: weight}'),
+        ("PUT", "/v1/admin/models/m/route", {"versions": {"x": 1}}, 400, "version numbers"),
+        ("PUT", "/v1/admin/models/m/route", {"labels": {"gold": 1}}, 404, "no label 'gold'"),
+        ("PUT", "/v1/admin/models/m/route", {"versions": {"1": -1}}, 400, "finite and >= 0"),
+        ("PUT", "/v1/admin/models/m/route", {"labels": {"stable": "a"}}, 400, "be numbers"),
+    ],
+)
+def test_bad_admin_calls_are_refused_with_a_message_and_change_nothing(
+    admin, method, path, body, status, fragment
+):
+    before = admin.get("/v1/admin/models/m").json()
+    response = admin.request(method, path, json=body)
+    assert response.status_code == status, response.text
+    assert fragment in response.json()["error"]
+    assert versions(admin.get("/v1/admin/models/m").json()) == versions(before)
+
+
+def test_a_label_in_the_route_is_not_removed(admin):
+    admin.put("/v1/admin/models/m/route", json={"labels": {"stable": 1}})
+    response = admin.delete("/v1/admin/models/m/labels/stable")
+    assert response.status_code == 400
+    assert "change or remove the route first" in response.json()["error"]
+
+
+# -- bearer tokens ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "fragment"),
+    [
+        ({}, "need the header 'Authorization: Bearer <token>'"),
+        ({"Authorization": "Basic czNjcmV0"}, "need the header"),
+        ({"Authorization": "Bearer wrong"}, "not the server's --admin_token"),
+        ({"Authorization": f"Bearer {TOKEN}x"}, "not the server's --admin_token"),
+    ],
+)
+def test_admin_calls_without_the_token_are_401(admin, headers, fragment):
+    url = str(admin.base_url)
+    for method, path in [
+        ("GET", "/v1/admin/models/m"),
+        ("POST", "/v1/admin/models/m/promote"),
+        ("POST", "/v2/repository/models/m/unload"),
+        ("POST", "/v2/repository/models/m/load"),
+    ]:
+        response = httpx.request(method, url + path, json={"version": 1}, headers=headers)
+        assert response.status_code == 401, (path, response.text)
+        assert fragment in response.json()["error"]
+        assert response.headers["www-authenticate"] == "Bearer"
+    assert served_by(admin) == 2  # nothing changed; requests need no token
+
+
+def test_repository_load_and_unload_take_the_token(admin, models_root):
+    v2 = triton.InferenceServerClient(admin.base_url.netloc.decode(), network_timeout=30)
+    try:
+        with pytest.raises(InferenceServerException, match="Authorization: Bearer"):
+            v2.unload_model("m")
+        admin.delete("/v1/admin/models/m/labels/stable")
+        v2.unload_model("m", headers={"Authorization": f"Bearer {TOKEN}"})
+        wait_until(lambda: not v2.is_model_ready("m"), "m unloaded")
+        v2.load_model("m", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert v2.is_model_ready("m")
+        assert served_by(admin) == 2
+    finally:
+        v2.close()
+
+
+# -- polling and the admin API -----------------------------------------------------------
+
+
+def test_polling_keeps_a_promoted_default_until_a_new_version_arrives(tmp_path):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    save(constant_model(2.0), tmp_path / "m", 2)
+    config_file = tmp_path / "models.config"
+    config_file.write_text(
+        'model_config_list { config { name: "m" base_path: "%s" '
+        "model_version_policy { all {} } } }" % (tmp_path / "m")
+    )
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_config_file=str(config_file),
+        file_system_poll_wait_seconds=0.1,
+    )
+    with client_of("admin-polling", config) as client:  # loopback: no token needed
+        assert served_by(client) == 2
+        assert client.post("/v1/admin/models/m/promote", json={"version": 1}).is_success
+        time.sleep(0.6)  # several polls
+        assert served_by(client) == 1
+        save(constant_model(3.0), tmp_path / "m", 3)
+        wait_until(lambda: served_by(client) == 3, "the new version 3 promoted")
+
+
+# -- configuration ---------------------------------------------------------------------
+
+
+def test_beyond_loopback_the_admin_api_needs_a_token_or_is_turned_off(monkeypatch):
+    monkeypatch.delenv("LIFECYCLE_ADMIN_TOKEN", raising=False)
+    with pytest.raises(ValueError, match=r"--host '0\.0\.0\.0' accepts other hosts") as caught:
+        ServerConfig.from_flags(host="0.0.0.0")
+    assert "set --admin_token (or the LIFECYCLE_ADMIN_TOKEN" in str(caught.value)
+    assert "--no_admin_api" in str(caught.value)
+    with pytest.raises(ValueError, match="needs a token"):
+        ServerConfig.from_flags(host="server.example")
+    assert not ServerConfig.from_flags(host="0.0.0.0", admin_api=False).admin_api
+    assert ServerConfig.from_flags(host="0.0.0.0", admin_token=TOKEN).admin_token == TOKEN
+    for loopback in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
+        assert ServerConfig.from_flags(host=loopback).admin_token is None
+
+
+def test_the_token_comes_from_the_environment_and_stays_out_of_repr(monkeypatch):
+    monkeypatch.setenv("LIFECYCLE_ADMIN_TOKEN", TOKEN)
+    config = ServerConfig.from_flags(host="0.0.0.0")
+    assert config.admin_token == TOKEN
+    assert TOKEN not in repr(config)
+    assert ServerConfig.from_flags(admin_token="flag").admin_token == "flag"  # the flag wins
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        ({"admin_token": ""}, "--admin_token must be a non-empty string"),
+        ({"admin_token": "two words"}, "without spaces"),
+        ({"sticky_key_header": "X Key"}, "--sticky_key_header must be an HTTP header name"),
+        ({"sticky_key_header": ""}, "--sticky_key_header"),
+    ],
+)
+def test_bad_admin_flags_are_refused_naming_the_flag(monkeypatch, flags, fragment):
+    monkeypatch.delenv("LIFECYCLE_ADMIN_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="--") as caught:
+        ServerConfig.from_flags(**flags)
+    assert fragment in str(caught.value)
+
+
+def test_with_the_admin_api_turned_off_admin_calls_are_403_and_requests_served(tmp_path):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_name="m",
+        model_base_path=str(tmp_path / "m"),
+        admin_api=False,
+    )
+    with client_of("no-admin", config) as client:
+        for method, path in [
+            ("GET", "/v1/admin/models/m"),
+            ("POST", "/v2/repository/models/m/unload"),
+        ]:
+            response = client.request(method, path, json={})
+            assert response.status_code == 403
+            assert "turned off on this server (--no_admin_api)" in response.json()["error"]
+        assert served_by(client) == 1
+
+
+def test_lifecycle_serve_beyond_loopback_without_a_token_exits_2_naming_the_flag(monkeypatch):
+    from typer.testing import CliRunner
+
+    from lifecycle import cli
+
+    monkeypatch.delenv("LIFECYCLE_ADMIN_TOKEN", raising=False)
+    result = CliRunner().invoke(cli.build_app(), ["serve", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert "the admin API needs a token: set --admin_token (or the LIFECYCLE_ADMIN_TOKEN" in output
+    assert "--no_admin_api" in output
