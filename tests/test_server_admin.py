@@ -342,7 +342,7 @@ def test_the_token_comes_from_the_environment_and_stays_out_of_repr(monkeypatch)
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        ({"admin_token": ""}, "--admin_token must be a non-empty string"),
+        ({"admin_token": ""}, "--admin_token (or LIFECYCLE_ADMIN_TOKEN) must be a non-empty"),
         ({"admin_token": "two words"}, "without spaces"),
         ({"sticky_key_header": "X Key"}, "--sticky_key_header must be an HTTP header name"),
         ({"sticky_key_header": ""}, "--sticky_key_header"),
@@ -385,3 +385,7 @@ def test_lifecycle_serve_beyond_loopback_without_a_token_exits_2_naming_the_flag
     output = " ".join(result.output.split())
     assert "the admin API needs a token: set --admin_token (or the LIFECYCLE_ADMIN_TOKEN" in output
     assert "--no_admin_api" in output
+    turned_off = ["serve", "--host", "0.0.0.0", "--no_admin_api", "--model_base_path", "/no/such"]
+    result = CliRunner().invoke(cli.build_app(), turned_off)
+    assert result.exit_code == 2
+    assert "'/no/such' is not a directory" in result.output  # the next check, not the token

@@ -169,8 +169,9 @@ class ServerConfig:
             not self.admin_token or not self.admin_token.isprintable() or " " in self.admin_token
         ):
             raise ValueError(
-                "--admin_token must be a non-empty string of printable characters "
-                "without spaces (it travels as 'Authorization: Bearer <token>')."
+                f"--admin_token (or {ADMIN_TOKEN_ENV}) must be a non-empty string of "
+                "printable characters without spaces (it travels as "
+                "'Authorization: Bearer <token>')."
             )
         if self.admin_api and self.admin_token is None and not is_loopback(self.host):
             raise ValueError(
