@@ -7,6 +7,9 @@ The server runs on 127.0.0.1 and a free port, over the models of
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +30,7 @@ from tensorflow_serving.apis import (
 )
 from test_server import (
     MAX_REQUEST_BYTES,
+    ROOT,
     constant_model,
     free_port,
     models_root,  # noqa: F401 (a fixture)
@@ -420,3 +424,19 @@ def test_build_grpc_server_refuses_port_0_and_a_port_in_use():
                 build_grpc_server(ModelService(registry, taken), taken)
         finally:
             first.stop(grace=None).wait(30)
+
+
+@pytest.mark.subprocess
+def test_lifecycle_serve_exits_1_when_the_grpc_port_is_taken():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
+        flags = ["--port", str(port), "--rest_api_port", str(free_port())]
+        result = subprocess.run(
+            [*command, *flags], cwd=ROOT, capture_output=True, text=True, timeout=180
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"gRPC: --port {port}: cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Registry closed: 0 version(s)" in result.stderr

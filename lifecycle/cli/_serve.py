@@ -1,7 +1,7 @@
-"""``lifecycle serve``: the model registry behind TensorFlow Serving's and KServe's REST APIs.
+"""``lifecycle serve``: the model registry behind TensorFlow Serving's and KServe's APIs.
 
 The flags are TensorFlow Serving's model server's where they mean the same
-(``--rest_api_port``, ``--model_name``, ``--model_base_path``,
+(``--port``, ``--rest_api_port``, ``--grpc_max_threads``, ``--model_name``, ``--model_base_path``,
 ``--model_config_file``). The library, TensorFlow and the server's extra are
 imported only when the command runs, so ``--help`` answers at once.
 """
@@ -20,8 +20,14 @@ SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
 
 
 def serve(
+    port: int = typer.Option(
+        8500, "--port", help="Port of TensorFlow Serving's gRPC API; 0: no gRPC server."
+    ),
     rest_api_port: int = typer.Option(
         8501, "--rest_api_port", help="Port of both REST APIs (TF Serving's and KServe v2)."
+    ),
+    grpc_max_threads: int = typer.Option(
+        16, "--grpc_max_threads", help="Threads of the gRPC server."
     ),
     model_name: str = typer.Option(
         None, "--model_name", help="Name of the model at --model_base_path (default: default)."
@@ -56,9 +62,9 @@ def serve(
         help="Look for new versions under the base paths this often; 0: only at start-up.",
     ),
 ) -> None:
-    """Serve models over TensorFlow Serving's REST API and KServe's v2 protocol.
+    """Serve models over TensorFlow Serving's REST and gRPC APIs and KServe's v2 protocol.
 
-    The port opens once the models are loaded and warmed up. SIGTERM or SIGINT
+    The ports open once the models are loaded and warmed up. SIGTERM or SIGINT
     stops accepting, drains requests in flight, unloads every version and exits 0.
     """
     if "tensorflow" not in sys.modules:  # read once, when TensorFlow is imported
@@ -77,6 +83,8 @@ def serve(
     try:
         config = ServerConfig.from_flags(
             rest_api_port=rest_api_port,
+            port=port,
+            grpc_max_threads=grpc_max_threads,
             model_name=model_name,
             model_base_path=model_base_path,
             model_config_file=model_config_file,
