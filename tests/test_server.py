@@ -687,6 +687,7 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
         output, _ = process.communicate(timeout=60)
         assert process.returncode == 0, output
         assert "Shutting down" in output
+        assert f"gRPC running on 127.0.0.1:{grpc_port}" in output
         assert "Registry closed: 1 version(s) drained and disposed." in output
     finally:
         if process.poll() is None:

@@ -143,8 +143,10 @@ class _Server(uvicorn.Server):
         config: uvicorn.Config,
         grpc_server: Callable[[], grpc.Server] | None = None,
         grace: float = 10.0,
+        grpc_address: str = "",
     ) -> None:
         super().__init__(config)
+        self._grpc_address = grpc_address
         self._build_grpc = grpc_server
         self._grpc: grpc.Server | None = None
         self._grace = grace
@@ -162,6 +164,7 @@ class _Server(uvicorn.Server):
             self.failed = self.should_exit = True
             return
         self._grpc.start()
+        logging.getLogger("uvicorn.error").info("gRPC running on %s", self._grpc_address)
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         stopped = self._grpc.stop(self._grace) if self._grpc is not None else None
@@ -221,6 +224,7 @@ def serve(config: ServerConfig) -> None:
         ),
         grpc_server=(lambda: build_grpc_server(service, config)) if config.grpc_port else None,
         grace=config.drain_seconds,
+        grpc_address=f"{config.host}:{config.grpc_port}",
     )
     try:
         server.run()
