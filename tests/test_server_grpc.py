@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,10 +36,11 @@ from test_server import (
     free_port,
     models_root,  # noqa: F401 (a fixture)
     save,
+    wait_until,
 )
 
 import lifecycle as lc
-from lifecycle.server import ModelService, ServerConfig, build_grpc_server
+from lifecycle.server import ModelService, ServerConfig, build_app, build_grpc_server
 
 TIMEOUT = 30  # seconds, every call's deadline
 
@@ -327,12 +329,15 @@ def reload_request(text: str) -> model_management_pb2.ReloadConfigRequest:
     return request
 
 
-def test_reload_config_adds_and_drops_models(tmp_path):
+def test_reload_config_adds_and_drops_models_and_polling_follows(tmp_path):
     save(constant_model(1.0), tmp_path / "a", 1)
     save(constant_model(2.0), tmp_path / "b", 1)
     save(constant_model(3.0), tmp_path / "c", 1)
     config = ServerConfig.from_flags(
-        port=free_port(), model_name="a", model_base_path=str(tmp_path / "a")
+        port=free_port(),
+        model_name="a",
+        model_base_path=str(tmp_path / "a"),
+        file_system_poll_wait_seconds=0.1,
     )
     a = f'config {{ name: "a" base_path: "{tmp_path / "a"}" }}'
     b = f'config {{ name: "b" base_path: "{tmp_path / "b"}" }}'
@@ -364,6 +369,10 @@ def test_reload_config_adds_and_drops_models(tmp_path):
             models.GetModelStatus(status_request("a"), timeout=TIMEOUT)
         assert caught.value.code() is grpc.StatusCode.NOT_FOUND
         assert {s.name for s in registry.status()} == {"b", "c"}  # a's version retired
+        save(constant_model(5.0), tmp_path / "b", 2)  # polling serves added models' versions
+        wait_until(lambda: answer("b") == [[5.0, 5.0]], "b's version 2 served")
+        time.sleep(0.5)  # several polls: the dropped model stays dropped
+        assert {s.name for s in registry.status()} == {"b", "c"}
 
         # A labelled model cannot be dropped: refused whole, nothing changes.
         with pytest.raises(grpc.RpcError) as caught:
@@ -440,3 +449,12 @@ def test_lifecycle_serve_exits_1_when_the_grpc_port_is_taken():
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"gRPC: --port {port}: cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "Registry closed: 0 version(s)" in result.stderr
+
+
+def test_build_app_shares_a_service_only_over_its_own_registry():
+    config = ServerConfig.from_flags(port=0)
+    with lc.ModelRegistry(name="one") as one, lc.ModelRegistry(name="other") as other:
+        service = ModelService(one, config)
+        assert build_app(one, config, service=service) is not None
+        with pytest.raises(ValueError, match="`service` must serve `registry`"):
+            build_app(other, config, service=service)
