@@ -18,12 +18,15 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 import tritonclient.http as triton
 import uvicorn
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
@@ -642,11 +645,22 @@ def test_bad_model_config_files(tmp_path, text, fragment):
 # -- the command ------------------------------------------------------------------------
 
 
+def grpc_predict(port: int) -> tuple[list, int]:
+    """Predict on ``risk`` with tensorflow-serving-api's stub: outputs and the version."""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "risk"
+    request.inputs["features"].CopyFrom(tf.make_tensor_proto(np.zeros((1, 3), "float32")))
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        response = stub.Predict(request, timeout=30)
+    return tf.make_ndarray(response.outputs["output_0"]).tolist(), response.model_spec.version.value
+
+
 @pytest.mark.subprocess
 def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
-    flags = ["--rest_api_port", str(port), "--model_name", "risk"]
+    flags = ["--rest_api_port", str(port), "--port", str(grpc_port), "--model_name", "risk"]
     flags += ["--model_base_path", str(models_root / "risk"), "--drain_seconds", "5"]
     process = subprocess.Popen(
         [*command, *flags],
@@ -668,10 +682,12 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
         body = {"instances": [[0.0, 0.0, 0.0]]}
         answer = httpx.post(f"{url}/v1/models/risk:predict", json=body, timeout=30)
         assert answer.json() == {"predictions": [[3.0, 3.0]]}  # the latest version, 3
+        assert grpc_predict(grpc_port) == ([[3.0, 3.0]], 3)  # the same service over gRPC
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=60)
         assert process.returncode == 0, output
         assert "Shutting down" in output
+        assert f"gRPC running on 127.0.0.1:{grpc_port}" in output
         assert "Registry closed: 1 version(s) drained and disposed." in output
     finally:
         if process.poll() is None:

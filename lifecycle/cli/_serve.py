@@ -1,7 +1,7 @@
-"""``lifecycle serve``: the model registry behind TensorFlow Serving's and KServe's REST APIs.
+"""``lifecycle serve``: the model registry behind TensorFlow Serving's and KServe's APIs.
 
 The flags are TensorFlow Serving's model server's where they mean the same
-(``--rest_api_port``, ``--model_name``, ``--model_base_path``,
+(``--port``, ``--rest_api_port``, ``--grpc_max_threads``, ``--model_name``, ``--model_base_path``,
 ``--model_config_file``). The library, TensorFlow and the server's extra are
 imported only when the command runs, so ``--help`` answers at once.
 """
@@ -20,8 +20,14 @@ SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
 
 
 def serve(
+    port: int = typer.Option(
+        8500, "--port", help="Port of TensorFlow Serving's gRPC API; 0: no gRPC server."
+    ),
     rest_api_port: int = typer.Option(
         8501, "--rest_api_port", help="Port of both REST APIs (TF Serving's and KServe v2)."
+    ),
+    grpc_max_threads: int = typer.Option(
+        16, "--grpc_max_threads", help="Threads of the gRPC server."
     ),
     model_name: str = typer.Option(
         None, "--model_name", help="Name of the model at --model_base_path (default: default)."
@@ -29,7 +35,7 @@ def serve(
     model_base_path: str = typer.Option(
         None,
         "--model_base_path",
-        help="Directory of version directories <base>/<version>/ holding a .keras file.",
+        help="Base path of version directories <base>/<version>/ (SavedModels or .keras files).",
     ),
     model_config_file: str = typer.Option(
         None,
@@ -70,9 +76,9 @@ def serve(
         help="Request header holding the sticky routing key of weighted routes.",
     ),
 ) -> None:
-    """Serve models over TensorFlow Serving's REST API and KServe's v2 protocol.
+    """Serve models over TensorFlow Serving's REST and gRPC APIs and KServe's v2 protocol.
 
-    The port opens once the models are loaded and warmed up. SIGTERM or SIGINT
+    The ports open once the models are loaded and warmed up. SIGTERM or SIGINT
     stops accepting, drains requests in flight, unloads every version and exits 0.
     """
     if "tensorflow" not in sys.modules:  # read once, when TensorFlow is imported
@@ -91,6 +97,8 @@ def serve(
     try:
         config = ServerConfig.from_flags(
             rest_api_port=rest_api_port,
+            port=port,
+            grpc_max_threads=grpc_max_threads,
             model_name=model_name,
             model_base_path=model_base_path,
             model_config_file=model_config_file,

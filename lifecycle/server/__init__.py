@@ -1,6 +1,6 @@
 """``lifecycle serve``: the model registry behind TensorFlow Serving's and KServe's APIs.
 
-Needs the ``serve`` extra (Starlette, uvicorn, orjson, tensorflow-serving-api);
+Needs the ``serve`` extra (Starlette, uvicorn, orjson, grpcio, tensorflow-serving-api);
 importing this package without it raises an ``ImportError`` naming the
 ``pip install`` that fixes it. The registry never imports this package.
 
@@ -8,16 +8,18 @@ Modules, one concern each:
 
 * ``_config``: :class:`ServerConfig`, the flags, TensorFlow Serving's model config file;
 * ``_service``: :class:`ModelService`, the one request path into the registry;
-* ``_tfserving``, ``_kserve``: the protocol adapters, side by side;
+* ``_tfserving``, ``_kserve``, ``_grpc``: the protocol adapters, side by side;
 * ``_admin``: the admin API (promote, labels, routes), bearer tokens, sticky keys;
 * ``_errors``: the one table from exceptions to wire statuses;
 * ``_http``: JSON bodies under a size limit, shared by the adapters;
-* ``_app``: :func:`build_app` (the ASGI app) and :func:`serve` (the process).
+* ``_app``: :func:`build_app` (the ASGI app) and :func:`serve` (the process, with
+  the gRPC server of :func:`build_grpc_server`).
 """
 
 SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
 
 try:
+    import grpc  # noqa: F401
     import orjson  # noqa: F401
     import starlette  # noqa: F401
     import tensorflow_serving  # noqa: F401
@@ -31,6 +33,15 @@ from ._app import build_app as build_app  # noqa: E402 (after the extra check)
 from ._app import serve as serve  # noqa: E402
 from ._config import ServedModel as ServedModel  # noqa: E402
 from ._config import ServerConfig as ServerConfig  # noqa: E402
+from ._grpc import build_grpc_server as build_grpc_server  # noqa: E402
 from ._service import ModelService as ModelService  # noqa: E402
 
-__all__ = ["SERVE_INSTALL", "ModelService", "ServedModel", "ServerConfig", "build_app", "serve"]
+__all__ = [
+    "SERVE_INSTALL",
+    "ModelService",
+    "ServedModel",
+    "ServerConfig",
+    "build_app",
+    "build_grpc_server",
+    "serve",
+]

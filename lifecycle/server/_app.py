@@ -2,18 +2,21 @@
 
 :func:`build_app` puts the protocol adapters side by side over one
 :class:`ModelService`; :func:`serve` runs it with uvicorn in a process of its
-own, with the registry's serving settings, and shuts down gracefully.
+own, with the gRPC server over the same service, the registry's serving
+settings, and a graceful shutdown.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import grpc
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -26,6 +29,7 @@ from .._registry import ModelRegistry
 from ._admin import routes as admin_routes
 from ._config import ServerConfig
 from ._errors import ERRORS, error_status, wire_message
+from ._grpc import build_grpc_server
 from ._http import blocking, json_response
 from ._kserve import routes as kserve_routes
 from ._service import ModelService
@@ -38,7 +42,9 @@ METRICS_PATH = "/monitoring/prometheus/metrics"
 _log = logging.getLogger("lifecycle.server")
 
 
-def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
+def build_app(
+    registry: ModelRegistry, config: ServerConfig, *, service: ModelService | None = None
+) -> Starlette:
     """The server's ASGI application over ``registry``.
 
     On start-up (the ASGI lifespan) it loads the configured models into
@@ -48,6 +54,9 @@ def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
     Args:
         registry: Where the versions live; may already hold models of its own.
         config: The models to load and the request limits.
+        service: The request path to serve through, to share it with a gRPC
+            server (:func:`build_grpc_server`); by default one over
+            ``registry`` and ``config``. The app's start-up starts it.
 
     Returns:
         A Starlette application serving TensorFlow Serving's REST API, KServe's
@@ -60,7 +69,10 @@ def build_app(registry: ModelRegistry, config: ServerConfig) -> Starlette:
         >>> app = build_app(registry, ServerConfig())  # run it with any ASGI server
         >>> registry.close()
     """
-    service = ModelService(registry, config)
+    if service is None:
+        service = ModelService(registry, config)
+    elif service.registry is not registry:
+        raise ValueError("`service` must serve `registry`; it was built over another registry.")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -125,7 +137,45 @@ class _Server(uvicorn.Server):
     requests in flight up to ``timeout_graceful_shutdown``, runs the lifespan's
     shutdown), then raises the signal again, which ends the process with it.
     A model server stopped on purpose should exit 0.
+
+    With ``grpc_server`` (built, not started) it also serves gRPC: the gRPC port
+    opens with the HTTP one, once the models are loaded, and closes with it,
+    letting calls in flight finish within ``grace`` seconds.
     """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        grpc_server: Callable[[], grpc.Server] | None = None,
+        grace: float = 10.0,
+        grpc_address: str = "",
+    ) -> None:
+        super().__init__(config)
+        self._grpc_address = grpc_address
+        self._build_grpc = grpc_server
+        self._grpc: grpc.Server | None = None
+        self._grace = grace
+        # Set when the gRPC server could not start: the process exits 1.
+        self.failed = False
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        if self.should_exit or self._build_grpc is None:
+            return
+        try:
+            self._grpc = self._build_grpc()
+        except (OSError, ValueError) as error:
+            logging.getLogger("uvicorn.error").error("gRPC: %s", error)
+            self.failed = self.should_exit = True
+            return
+        self._grpc.start()
+        logging.getLogger("uvicorn.error").info("gRPC running on %s", self._grpc_address)
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        stopped = self._grpc.stop(self._grace) if self._grpc is not None else None
+        await super().shutdown(sockets)
+        if stopped is not None:
+            await asyncio.to_thread(stopped.wait, self._grace + 5)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -145,13 +195,16 @@ def serve(config: ServerConfig) -> None:
     """Run the server until SIGTERM or SIGINT, then drain, close the registry and return.
 
     The registry gets the serving process's settings from ``config``
-    (background loads, heap freezing, the allocator). The port opens once the
-    configured models are loaded and warmed up. On a signal the server stops
-    accepting, lets requests in flight finish (up to ``drain_seconds``), and
-    closes the registry, which drains leases and disposes every version.
+    (background loads, heap freezing, the allocator). The ports (HTTP, and
+    gRPC unless ``grpc_port`` is 0) open once the configured models are loaded
+    and warmed up; both protocols share one :class:`ModelService`. On a signal
+    the server stops accepting, lets requests in flight finish (up to
+    ``drain_seconds``), and closes the registry, which drains leases and
+    disposes every version.
 
     Raises:
-        SystemExit: The configured models could not be loaded (status 1).
+        SystemExit: The configured models could not be loaded, or a port could
+            not be bound (status 1).
     """
     if config.tune_allocator:
         tune_allocator()
@@ -164,15 +217,19 @@ def serve(config: ServerConfig) -> None:
         freeze_heap=config.freeze_heap,
         name="server",
     )
+    service = ModelService(registry, config)
     server = _Server(
         uvicorn.Config(
-            build_app(registry, config),
+            build_app(registry, config, service=service),
             host=config.host,
             port=config.rest_api_port,
             lifespan="on",
             timeout_graceful_shutdown=config.drain_seconds,  # type: ignore[arg-type]
             log_level="info",
-        )
+        ),
+        grpc_server=(lambda: build_grpc_server(service, config)) if config.grpc_port else None,
+        grace=config.drain_seconds,
+        grpc_address=f"{config.host}:{config.grpc_port}",
     )
     try:
         server.run()
@@ -183,5 +240,5 @@ def serve(config: ServerConfig) -> None:
         logging.getLogger("uvicorn.error").info(
             "Registry closed: %d version(s) drained and disposed.", versions
         )
-    if not server.started:
+    if not server.started or server.failed:
         raise SystemExit(1)

@@ -1,7 +1,7 @@
 """ServerConfig: everything a server is told at start-up, validated once.
 
 The flags follow TensorFlow Serving's model server where they mean the same
-(``--rest_api_port``, ``--model_name``, ``--model_base_path``,
+(``--port``, ``--rest_api_port``, ``--grpc_max_threads``, ``--model_name``, ``--model_base_path``,
 ``--model_config_file``); the others are the registry's. A model config file is
 TensorFlow Serving's own ``ModelServerConfig`` in protobuf text format, parsed
 with its generated code, so a file written for TensorFlow Serving works as is.
@@ -18,7 +18,7 @@ import attrs
 
 from .._registry import VersionPolicy
 
-__all__ = ["ADMIN_TOKEN_ENV", "ServedModel", "ServerConfig"]
+__all__ = ["ADMIN_TOKEN_ENV", "ServedModel", "ServerConfig", "served_models"]
 
 # TensorFlow Serving's own label syntax.
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -47,7 +47,7 @@ def is_loopback(host: str) -> bool:
 class ServedModel:
     """A model the server loads at start-up from a base path of version directories.
 
-    Each version is ``<base_path>/<version>/`` holding one ``.keras`` file.
+    Each version is ``<base_path>/<version>/`` holding a SavedModel or one ``.keras`` file.
 
     Attributes:
         name: The model's name in every protocol.
@@ -87,6 +87,14 @@ def _positive(flag: str, *, optional: bool = False) -> object:
     return check
 
 
+def _count(flag: str) -> object:
+    def check(_: object, __: object, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{flag} must be an integer >= 1. Received: {value!r}")
+
+    return check
+
+
 def _non_negative(flag: str) -> object:
     def check(_: object, __: object, value: float) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
@@ -105,6 +113,9 @@ class ServerConfig:
     Attributes:
         models: The models to load before the server reports ready.
         rest_api_port: The HTTP port of both REST protocols (``--rest_api_port``).
+        grpc_port: The port of TensorFlow Serving's gRPC API (``--port``); 0:
+            no gRPC server.
+        grpc_max_threads: The gRPC server's worker threads (``--grpc_max_threads``).
         host: The address to bind (``--host``); loopback unless told otherwise.
         memory_budget: Bytes the loaded versions may hold (``--memory_budget``).
         max_loaded: Versions loaded at once (``--max_loaded``).
@@ -137,6 +148,8 @@ class ServerConfig:
 
     models: tuple[ServedModel, ...] = attrs.field(default=(), converter=tuple)
     rest_api_port: int = attrs.field(default=8501, validator=_port("--rest_api_port"))
+    grpc_port: int = attrs.field(default=8500, validator=_port("--port"))
+    grpc_max_threads: int = attrs.field(default=16, validator=_count("--grpc_max_threads"))
     host: str = "127.0.0.1"
     memory_budget: int | None = attrs.field(
         default=None, validator=_positive("--memory_budget", optional=True)
@@ -190,6 +203,8 @@ class ServerConfig:
         cls,
         *,
         rest_api_port: int = 8501,
+        port: int = 8500,
+        grpc_max_threads: int = 16,
         model_name: str | None = None,
         model_base_path: str | None = None,
         model_config_file: str | None = None,
@@ -230,6 +245,8 @@ class ServerConfig:
         return cls(
             models=models,
             rest_api_port=rest_api_port,
+            grpc_port=port,
+            grpc_max_threads=grpc_max_threads,
             host=host,
             memory_budget=memory_budget,
             max_loaded=max_loaded,
@@ -265,11 +282,26 @@ def read_model_config(path: str) -> tuple[ServedModel, ...]:
         config = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
     except text_format.ParseError as error:
         raise ValueError(f"--model_config_file {path!r} does not parse: {error}") from None
-    if config.WhichOneof("config") != "model_config_list":
-        raise ValueError(f"--model_config_file {path!r} has no model_config_list.")
+    return served_models(config, f"--model_config_file {path!r}")
+
+
+def served_models(config: object, source: str) -> tuple[ServedModel, ...]:
+    """The models of a TensorFlow Serving ``ModelServerConfig`` message.
+
+    Args:
+        config: A ``ModelServerConfig``.
+        source: Where it comes from, to begin error messages with.
+
+    Raises:
+        FileNotFoundError: A base path does not exist.
+        ValueError: The config asks for what is not supported, or names a
+            model twice.
+    """
+    if config.WhichOneof("config") != "model_config_list":  # type: ignore[attr-defined]
+        raise ValueError(f"{source} has no model_config_list.")
     models = []
-    for entry in config.model_config_list.config:
-        where = f"--model_config_file {path!r}, model {entry.name!r}"
+    for entry in config.model_config_list.config:  # type: ignore[attr-defined]
+        where = f"{source}, model {entry.name!r}"
         if not entry.name or not entry.base_path:
             raise ValueError(f"{where}: every config needs a name and a base_path.")
         if entry.model_platform not in ("", "tensorflow"):
@@ -287,6 +319,10 @@ def read_model_config(path: str) -> tuple[ServedModel, ...]:
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
         models.append(model)
+    names = [model.name for model in models]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"{source} names {twice} more than once.")
     return tuple(models)
 
 

@@ -8,12 +8,14 @@ Open Inference Protocol), with TensorFlow Serving's statuses for the codes it
 has (404 NOT_FOUND, 400 INVALID_ARGUMENT, 503 UNAVAILABLE, 500 INTERNAL); a
 request body over the limit is 413 and a load that cannot fit the memory budget
 507; an admin call without the right bearer token is 401, and one to a server
-whose admin API is turned off 403.
+whose admin API is turned off 403. gRPC answers with the canonical code itself, as
+TensorFlow Serving does (its ``ToGRPCStatus`` maps TensorFlow's error codes one to one).
 """
 
 from __future__ import annotations
 
 import attrs
+import grpc
 import tensorflow as tf
 
 from ..errors import (
@@ -58,11 +60,17 @@ class WireError:
 
     Attributes:
         status: The HTTP status.
-        code: TensorFlow's canonical error code (for gRPC and status bodies).
+        code: TensorFlow's canonical error code (for status bodies), which is
+            also the gRPC status code: see :attr:`grpc_code`.
     """
 
     status: int
     code: str
+
+    @property
+    def grpc_code(self) -> grpc.StatusCode:
+        """The gRPC status code: the canonical code of the same name."""
+        return grpc.StatusCode[self.code]
 
 
 # Order matters: the first matching row wins.

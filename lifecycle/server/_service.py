@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -62,7 +62,8 @@ class ModelService:
     Args:
         registry: The registry that holds and runs the versions; the service
             does not own it (whoever created it closes it).
-        config: The server's configuration: which models to load.
+        config: The server's configuration: which models to load (a
+            :meth:`reload` replaces its models).
     """
 
     registry: ModelRegistry
@@ -74,7 +75,7 @@ class ModelService:
     # Models unloaded through the repository API: polling leaves them alone
     # until a repository load.
     _unloaded: set[str] = attrs.field(factory=set, init=False)
-    # (.keras file, its mtime) of versions whose load failed: not retried by
+    # (source, its mtime) of versions whose load failed: not retried by
     # polling until the file changes.
     _failed: set[tuple[str, float]] = attrs.field(factory=set, init=False)
     _stop: threading.Event = attrs.field(factory=threading.Event, init=False)
@@ -96,7 +97,7 @@ class ModelService:
             with self._lock:
                 self._load_model(model)
         self._ready.set()
-        if self.config.file_system_poll_wait_seconds > 0 and self.config.models:
+        if self.config.file_system_poll_wait_seconds > 0:  # a reload may add models
             self._poller = threading.Thread(
                 target=self._poll, name="lifecycle-server-poller", daemon=True
             )
@@ -113,7 +114,11 @@ class ModelService:
         while not self._stop.wait(self.config.file_system_poll_wait_seconds):
             for model in self.config.models:
                 with self._lock:
-                    if self._stop.is_set() or model.name in self._unloaded:
+                    if (
+                        self._stop.is_set()
+                        or model.name in self._unloaded
+                        or model not in self.config.models  # dropped by a reload
+                    ):
                         continue
                     try:
                         self._load_model(model, polling=True)
@@ -283,6 +288,45 @@ class ModelService:
                 if status.state is VersionState.READY:
                     self.registry.unload(name, status.version)
             self._unloaded.add(name)
+
+    def reload(self, models: Sequence[ServedModel]) -> None:
+        """Serve ``models`` instead of the configured ones, as TensorFlow Serving's reload does.
+
+        Models no longer listed are unloaded (every version retired); listed
+        ones are brought in line with their base path, policy and labels, and
+        become the configuration. Models loaded into the registry by other
+        means are left alone.
+
+        Raises:
+            ValueError: A model to drop has a version a label points to (the
+                registry cannot remove labels); nothing is changed then.
+            FileNotFoundError, LoadError, BudgetExceededError: A listed model
+                failed to load; the new configuration stands, and the models
+                listed before it in ``models`` are served.
+        """
+        with self._lock:
+            listed = {model.name for model in models}
+            dropped = [m.name for m in self.config.models if m.name not in listed]
+            labelled = {
+                name: [s.version for s in self._statuses(name) if s.labels] for name in dropped
+            }
+            labelled = {name: versions for name, versions in labelled.items() if versions}
+            if labelled:
+                raise ValueError(
+                    f"Cannot drop {sorted(labelled)}: labels point to versions {labelled}. "
+                    "Keep these models in the config."
+                )
+            self.config = attrs.evolve(self.config, models=tuple(models))
+            for name in dropped:
+                for status in sorted(self._statuses(name), key=lambda s: s.default):
+                    if status.state is VersionState.READY:
+                        self.registry.unload(name, status.version)
+                self._unloaded.discard(name)
+            for model in models:
+                self._unloaded.discard(model.name)
+                self._load_model(model)
+                for label, version in model.labels.items():
+                    self.registry.set_label(model.name, label, version)
 
     def _load_model(self, model: ServedModel, *, polling: bool = False) -> None:
         """Load what the policy wants, promote the newest, retire what left it.

@@ -33,7 +33,7 @@ from ._errors import BadRequestError
 from ._http import blocking, json_response, read_json
 from ._service import ModelService
 
-__all__ = ["routes"]
+__all__ = ["SIGNATURE", "routes", "signature_def", "signature_def_map", "status_response"]
 
 SIGNATURE = "serving_default"
 
@@ -84,15 +84,24 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
     return [Route("/v1/models/{path:path}", models, methods=["GET", "POST"])]
 
 
-def _status_body(statuses: tuple[VersionStatus, ...]) -> dict[str, Any]:
+def status_response(
+    statuses: tuple[VersionStatus, ...],
+) -> get_model_status_pb2.GetModelStatusResponse:
+    """TensorFlow Serving's ``GetModelStatusResponse`` for versions' statuses."""
     response = get_model_status_pb2.GetModelStatusResponse()
     for status in statuses:
         entry = response.model_version_status.add()
         entry.version = status.version
         entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(_STATES[status.state])
         entry.status.error_message = ""
+    return response
+
+
+def _status_body(statuses: tuple[VersionStatus, ...]) -> dict[str, Any]:
     return json_format.MessageToDict(
-        response, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        status_response(statuses),
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
     )
 
 
@@ -102,13 +111,19 @@ def _metadata(
     served, signature = service.signature(name, version, label)
     spec = model_pb2.ModelSpec(name=name, signature_name="")
     spec.version.value = served
-    signatures = get_model_metadata_pb2.SignatureDefMap()
-    signatures.signature_def[SIGNATURE].CopyFrom(signature_def(signature))
+    signatures = signature_def_map(signature)
     options = {"preserving_proto_field_name": True, "always_print_fields_with_no_presence": True}
     return {
         "model_spec": json_format.MessageToDict(spec, **options),
         "metadata": {"signature_def": json_format.MessageToDict(signatures, **options)},
     }
+
+
+def signature_def_map(signature: ServingSignature) -> get_model_metadata_pb2.SignatureDefMap:
+    """The ``SignatureDefMap`` of a version: its one signature, ``serving_default``."""
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    signatures.signature_def[SIGNATURE].CopyFrom(signature_def(signature))
+    return signatures
 
 
 def signature_def(signature: ServingSignature) -> meta_graph_pb2.SignatureDef:

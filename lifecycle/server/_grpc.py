@@ -1,0 +1,265 @@
+"""TensorFlow Serving's gRPC API over the model service.
+
+::
+
+    tensorflow.serving.PredictionService/Predict           inputs -> outputs
+    tensorflow.serving.PredictionService/GetModelMetadata  signature_def
+    tensorflow.serving.ModelService/GetModelStatus         version states
+    tensorflow.serving.ModelService/HandleReloadConfigRequest
+                                                           a new ModelServerConfig
+
+The messages are TensorFlow Serving's own, through the generated code of
+``tensorflow-serving-api``; tensors go through ``tf.make_ndarray`` and
+``tf.make_tensor_proto``. Errors abort the call with the canonical code of
+their row in :data:`~lifecycle.server._errors.ERRORS`. Only the
+``serving_default`` signature exists; ``Classify``, ``Regress`` and
+``MultiInference`` answer ``UNIMPLEMENTED``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_management_pb2,
+    model_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from ._config import ServerConfig, served_models
+from ._errors import BadRequestError, error_status, wire_message
+from ._service import ModelService
+from ._tfserving import SIGNATURE, signature_def_map, status_response
+
+__all__ = ["build_grpc_server"]
+
+_log = logging.getLogger("lifecycle.server")
+
+T = TypeVar("T")
+
+
+def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Server:
+    """A gRPC server of TensorFlow Serving's API over ``service``, bound but not started.
+
+    It listens on ``config.host`` and ``config.grpc_port`` with
+    ``config.grpc_max_threads`` worker threads, and takes messages up to
+    ``config.max_request_bytes``. Start it once ``service`` is started (its
+    models loaded); stop it with ``server.stop(grace)``.
+
+    Args:
+        service: The request path into the registry, shared with the REST app.
+        config: The address, thread count and request limit.
+
+    Returns:
+        The ``grpc.Server``, not started.
+
+    Raises:
+        ValueError: ``config.grpc_port`` is 0 (gRPC is off).
+        OSError: The address cannot be bound (the port is in use, say).
+
+    Example:
+        >>> import lifecycle as lc
+        >>> from lifecycle.server import ModelService, ServerConfig, build_grpc_server
+        >>> registry = lc.ModelRegistry()
+        >>> service = ModelService(registry, ServerConfig(grpc_port=8570))
+        >>> service.start()
+        >>> server = build_grpc_server(service, service.config)
+        >>> server.start()
+        >>> server.stop(grace=5).wait()
+        True
+        >>> service.stop(); registry.close()
+    """
+    if config.grpc_port == 0:
+        raise ValueError("--port is 0: the gRPC server is off. Give it a port to serve gRPC.")
+    server = grpc.server(
+        futures.ThreadPoolExecutor(
+            max_workers=config.grpc_max_threads, thread_name_prefix="lifecycle-grpc"
+        ),
+        options=[
+            ("grpc.max_receive_message_length", config.max_request_bytes),
+            ("grpc.max_send_message_length", -1),
+            # gRPC shares a port with other processes by default: a second
+            # server on the same port must fail, as the HTTP one does.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        _PredictionService(service), server
+    )
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(service), server)
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    address = f"{host}:{config.grpc_port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise OSError(f"--port {config.grpc_port}: cannot listen on {address}; is it in use?")
+    return server
+
+
+def _answer(context: grpc.ServicerContext, method: str, call: Callable[[], T]) -> T:
+    """``call()``'s answer, or the call aborted with its error's code and message."""
+    try:
+        return call()
+    except Exception as error:
+        wire = error_status(error)
+        if wire.status >= 500:
+            _log.error("gRPC %s failed", method, exc_info=error)
+        code, message = wire.grpc_code, wire_message(error)
+    context.abort(code, message)  # raises: the call ends here
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None, str | None]:
+    """``(name, version, label)`` of a request's ``model_spec``."""
+    if not spec.name:
+        raise BadRequestError("The request's model_spec has no name.")
+    which = spec.WhichOneof("version_choice")
+    if which == "version":
+        return spec.name, spec.version.value, None
+    if which == "version_label":
+        return spec.name, None, spec.version_label
+    return spec.name, None, None
+
+
+def _check_signature_name(spec: model_pb2.ModelSpec) -> None:
+    if spec.signature_name not in ("", SIGNATURE):
+        raise BadRequestError(
+            f"Serving signature name: {spec.signature_name!r} not found in signature def; "
+            f"the only signature is {SIGNATURE!r}."
+        )
+
+
+class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    """``tensorflow.serving.PredictionService``: Predict and GetModelMetadata."""
+
+    def __init__(self, service: ModelService) -> None:
+        self._service = service
+
+    def Predict(
+        self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
+    ) -> predict_pb2.PredictResponse:
+        return _answer(context, "Predict", lambda: self._predict(request))
+
+    def _predict(self, request: predict_pb2.PredictRequest) -> predict_pb2.PredictResponse:
+        name, version, label = _spec(request.model_spec)
+        _check_signature_name(request.model_spec)
+        wanted = list(request.output_filter)
+        if wanted:
+            _, signature = self._service.signature(name, version, label)
+            _check_outputs(wanted, [spec.name for spec in signature.outputs])
+        inputs = {key: _ndarray(key, proto) for key, proto in request.inputs.items()}
+        result = self._service.infer(name, inputs, version, label)
+        _check_outputs(wanted, list(result.outputs))  # the version may have changed since
+        response = predict_pb2.PredictResponse()
+        response.model_spec.name = name
+        response.model_spec.version.value = result.version
+        response.model_spec.signature_name = SIGNATURE
+        for key in wanted or result.outputs:
+            response.outputs[key].CopyFrom(tf.make_tensor_proto(result.outputs[key]))
+        return response
+
+    def GetModelMetadata(
+        self,
+        request: get_model_metadata_pb2.GetModelMetadataRequest,
+        context: grpc.ServicerContext,
+    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
+        return _answer(context, "GetModelMetadata", lambda: self._metadata(request))
+
+    def _metadata(
+        self, request: get_model_metadata_pb2.GetModelMetadataRequest
+    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
+        name, version, label = _spec(request.model_spec)
+        fields = list(request.metadata_field)
+        if not fields:
+            raise BadRequestError(
+                "GetModelMetadataRequest must name at least one metadata_field: 'signature_def'."
+            )
+        other = sorted(set(fields) - {"signature_def"})
+        if other:
+            raise BadRequestError(
+                f"Metadata fields {other} are not supported; the only one is 'signature_def'."
+            )
+        served, signature = self._service.signature(name, version, label)
+        response = get_model_metadata_pb2.GetModelMetadataResponse()
+        response.model_spec.name = name
+        response.model_spec.version.value = served
+        response.metadata["signature_def"].Pack(signature_def_map(signature))
+        return response
+
+    def Classify(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _unimplemented(context, "Classify")
+
+    def Regress(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _unimplemented(context, "Regress")
+
+    def MultiInference(self, request: Any, context: grpc.ServicerContext) -> Any:
+        _unimplemented(context, "MultiInference")
+
+
+def _unimplemented(context: grpc.ServicerContext, method: str) -> None:
+    context.abort(
+        grpc.StatusCode.UNIMPLEMENTED,
+        f"{method} is not served: only Predict (the model's {SIGNATURE} signature) is.",
+    )
+
+
+def _ndarray(name: str, proto: Any) -> np.ndarray:
+    try:
+        return tf.make_ndarray(proto)
+    except (TypeError, ValueError) as error:
+        raise BadRequestError(f"Input {name!r} is not a valid TensorProto: {error}") from None
+
+
+def _check_outputs(wanted: list[str], outputs: list[str]) -> None:
+    unknown = [key for key in wanted if key not in outputs]
+    if unknown:
+        raise BadRequestError(
+            f"output_filter names {unknown}, which the signature does not have. Outputs: {outputs}"
+        )
+
+
+class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
+    """``tensorflow.serving.ModelService``: GetModelStatus and HandleReloadConfigRequest."""
+
+    def __init__(self, service: ModelService) -> None:
+        self._service = service
+
+    def GetModelStatus(
+        self,
+        request: get_model_status_pb2.GetModelStatusRequest,
+        context: grpc.ServicerContext,
+    ) -> get_model_status_pb2.GetModelStatusResponse:
+        return _answer(
+            context,
+            "GetModelStatus",
+            lambda: status_response(self._service.versions(*_spec(request.model_spec))),
+        )
+
+    def HandleReloadConfigRequest(
+        self,
+        request: model_management_pb2.ReloadConfigRequest,
+        context: grpc.ServicerContext,
+    ) -> model_management_pb2.ReloadConfigResponse:
+        return _answer(context, "HandleReloadConfigRequest", lambda: self._reload(request))
+
+    def _reload(
+        self, request: model_management_pb2.ReloadConfigRequest
+    ) -> model_management_pb2.ReloadConfigResponse:
+        try:
+            models = served_models(request.config, "ReloadConfigRequest")
+        except FileNotFoundError as error:  # the client's mistake, not the server's
+            raise BadRequestError(str(error)) from None
+        self._service.reload(models)
+        return model_management_pb2.ReloadConfigResponse()
