@@ -7,74 +7,22 @@ Serving's REST API over plain HTTP, KServe's v2 protocol with tritonclient.
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import keras
 import numpy as np
 import pytest
 import tritonclient.http as triton
-import uvicorn
+from test_server import constant_model, free_port, running, save, wait_until
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
-from lifecycle.server import ServerConfig, build_app
+from lifecycle.server import ServerConfig
 
 TOKEN = "s3cret-token"
 ROW = {"instances": [[0.0, 0.0, 0.0]]}
-
-
-def constant_model(value: float) -> keras.Model:
-    """Answers ``value`` twice for any 3 features: versions are told apart."""
-    x = keras.Input((3,), name="features")
-    dense = keras.layers.Dense(
-        2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
-    )
-    return keras.Model(x, dense(x))
-
-
-def save(model: keras.Model, base: Path, version: int) -> None:
-    aside = base / f".writing-{version}"
-    aside.mkdir(parents=True)
-    model.save(aside / "model.keras")
-    aside.rename(base / str(version))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running(registry: lc.ModelRegistry, config: ServerConfig) -> Iterator[str]:
-    """uvicorn serving ``build_app`` on a thread; stopped on exit, within a timeout."""
-    server = uvicorn.Server(
-        uvicorn.Config(
-            build_app(registry, config),
-            host=config.host,
-            port=config.rest_api_port,
-            log_level="warning",
-            timeout_graceful_shutdown=5,
-        )
-    )
-    thread = threading.Thread(target=server.run, name="test-admin-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        assert thread.is_alive(), "the server stopped during start-up"
-        assert time.monotonic() < deadline, "the server did not start within 120 s"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{config.rest_api_port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        assert not thread.is_alive(), "the server did not stop within 30 s"
 
 
 @contextlib.contextmanager
@@ -86,13 +34,6 @@ def client_of(name: str, config: ServerConfig) -> Iterator[httpx.Client]:
         httpx.Client(base_url=url, timeout=30) as client,
     ):
         yield client
-
-
-def wait_until(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
