@@ -113,6 +113,7 @@ def test_async_saves_work_every_time_and_dispose_releases_the_cpu_copy(tmp_path)
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_plain_keras_checkpoints_behave_as_without_the_library(tmp_path, run_child):
     # What Keras does natively (on Keras 3.15 the second async save of a model
     # fails) is recorded before lifecycle is imported, and again after a managed
@@ -373,6 +374,7 @@ def test_open_keepers_are_counted_on_the_record_until_closed_or_disposed(tmp_pat
         second.save()
 
 
+@pytest.mark.slow
 def test_killed_mid_save_leaves_the_previous_checkpoint_restorable(tmp_path, run_child):
     # The child saves a 256 MiB model twice; a watcher thread kills the process
     # as soon as the second save's files start to appear.

@@ -128,6 +128,7 @@ def test_soak_fails_a_variant_that_reported_too_few_cycles(app, monkeypatch):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_soak_runs_its_minimum_of_3_cycles(app):
     result = runner.invoke(app, ["soak", "--cycles", "3", "--units", "32", "--variants", "c"])
     assert result.exit_code == 0, result.output

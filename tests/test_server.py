@@ -696,6 +696,7 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_the_library_does_not_import_the_server_and_a_missing_extra_names_the_install(
     run_child,
 ):

@@ -436,6 +436,7 @@ def test_build_grpc_server_refuses_port_0_and_a_port_in_use():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_lifecycle_serve_exits_1_when_the_grpc_port_is_taken():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
