@@ -345,14 +345,19 @@ def wait_until(predicate, what: str, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_path, caplog):
-    save(constant_model(1.0), tmp_path / "m", 1)
-    config = ServerConfig.from_flags(
+def polled(base: Path) -> ServerConfig:
+    """A server of model ``m`` under ``base``, polled every 0.1 s."""
+    return ServerConfig.from_flags(
         rest_api_port=free_port(),
         model_name="m",
-        model_base_path=str(tmp_path / "m"),
+        model_base_path=str(base),
         file_system_poll_wait_seconds=0.1,
     )
+
+
+def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_path, caplog):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    config = polled(tmp_path / "m")
     with lc.ModelRegistry(name="polling") as registry, running(registry, config) as url:
         save(constant_model(5.0), tmp_path / "m", 2)
         wait_until(lambda: answer(url) == {"predictions": [[5.0, 5.0]]}, "version 2 served")
@@ -389,12 +394,7 @@ def test_savedmodel_versions_are_served_and_swapped_by_polling(tmp_path):
         aside.rename(tmp_path / "m" / str(version))
 
     publish(1.0, 1)
-    config = ServerConfig.from_flags(
-        rest_api_port=free_port(),
-        model_name="m",
-        model_base_path=str(tmp_path / "m"),
-        file_system_poll_wait_seconds=0.1,
-    )
+    config = polled(tmp_path / "m")
     with lc.ModelRegistry(name="saved-models") as registry, running(registry, config) as url:
         assert answer(url) == {"predictions": [[1.0, 1.0]]}
         metadata = httpx.get(f"{url}/v1/models/m/metadata", timeout=30).json()

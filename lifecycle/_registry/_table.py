@@ -98,19 +98,22 @@ class VersionTable:
     def residents(self) -> list[Resident]:
         """What the budget policy needs to know of every loaded version."""
         with self.cond:
-            return [
-                Resident(
-                    key=loaded,
-                    model=name,
-                    nbytes=loaded.nbytes,
-                    last_used=loaded.last_used,
-                    ready=loaded.state is VersionState.READY,
-                    pinned=loaded.version in entry.pinned(),
-                    default=loaded.version == entry.default,
-                )
-                for name, entry in self._entries.items()
-                for loaded in entry.versions.values()
-            ]
+            residents = []
+            for name, entry in self._entries.items():
+                pinned = entry.pinned()  # once per model, not once per version
+                residents += [
+                    Resident(
+                        key=loaded,
+                        model=name,
+                        nbytes=loaded.nbytes,
+                        last_used=loaded.last_used,
+                        ready=loaded.state is VersionState.READY,
+                        pinned=loaded.version in pinned,
+                        default=loaded.version == entry.default,
+                    )
+                    for loaded in entry.versions.values()
+                ]
+            return residents
 
     # -- loads -------------------------------------------------------------------
 
