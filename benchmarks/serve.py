@@ -72,6 +72,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -201,24 +202,29 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
     body = request_body()
     headers = {"Content-Type": "application/json"}
 
+    clock = time.perf_counter
+    times_ms: list[float] = []
+    failures: list[str] = []
+    # Requests sent and answered (or failed), at any time: the difference at the
+    # end is requests still unanswered when the clients were stopped.
+    sent = answered = failed = 0
+    window = [float("inf"), float("inf")]
+
     class Client(FastHttpUser):
         host = args.url
         wait_time = constant(0)
 
         @task
         def predict(self) -> None:
+            nonlocal sent
+            sent += 1
             self.client.post(PREDICT_PATH, data=body, headers=headers)
-
-    clock = time.perf_counter
-    times_ms: list[float] = []
-    failures: list[str] = []
-    failed = 0
-    window = [float("inf"), float("inf")]
 
     def on_request(
         response_time: float, response: Any, exception: BaseException | None, **_: Any
     ) -> None:
-        nonlocal failed
+        nonlocal answered, failed
+        answered += 1
         status = getattr(response, "status_code", None)
         if exception is not None or status != 200:
             failed += 1
@@ -241,6 +247,9 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
     cpu = time.process_time() - cpu_started
     runner.stop()  # each client finishes its request in flight (stop_timeout)
     runner.quit()
+    if sent > answered:
+        failed += sent - answered
+        failures.append(f"{sent - answered} request(s) unanswered {STOP_TIMEOUT:g} s after the end")
     return {
         "requests": len(times_ms),
         "requests_per_second": len(times_ms) / args.seconds,
@@ -754,6 +763,13 @@ def print_run_report(
         "ratios: taken per round, then their median (min-max).",
     ]
     print("\n".join(legend))
+    print(
+        "p99.9 ms, median (min-max): "
+        + ", ".join(
+            f"({v}) {median_spread([p['p999_ms'] for p in run.results[v]], '.1f')}"
+            for v in VARIANTS
+        )
+    )
     print("\n".join(swap_notes(run.writer.swaps) + extra_note(run.extra, args.min_swaps)))
     print(
         "server RSS at the end, MiB: "
@@ -812,6 +828,8 @@ def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> list[Serv
 def run_parent(args: argparse.Namespace) -> int:
     import psutil
 
+    # SIGTERM ends the run through the `finally` below, which stops the servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     load_start = load_average()
     work = Path(tempfile.mkdtemp(prefix="lifecycle-serve-bench-"))
     logs = work / "logs"
