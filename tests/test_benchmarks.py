@@ -72,3 +72,21 @@ def test_checkpoint_benchmark_compares_every_operation_with_plain():
     assert {"plain save", "keeper save", "plain restore", "keeper restore"} <= set(rows)
     assert rows["plain save"][-2] == "1.00x"
     assert all(row[-2].endswith("x") and float(row[-2][:-1]) > 0 for row in rows.values())
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_serve_benchmark_compares_the_servers_and_swaps_without_failed_requests():
+    lines = run_benchmark(
+        "serve.py",
+        *("--rounds", "1", "--seconds", "3", "--warmup", "1", "--clients", "2"),
+        *("--units", "32", "--swap-every", "1", "--poll-wait", "0.5", "--min-swaps", "0"),
+    )
+    rows = {line.split("  ")[0]: line.split() for line in lines if line.startswith("(")}
+    for label in ("(a) hand-written", "(b) lifecycle serve, steady", "(c) lifecycle serve +"):
+        row = next((r for name, r in rows.items() if name.startswith(label)), None)
+        assert row is not None, lines
+        assert row[-1] == "0" and int(row[-2].replace(",", "")) > 0, row  # 0 failed of > 0
+    assert rows["(b)/(a) requests/s"][2].endswith("x")
+    swaps = next(line for line in lines if line.startswith("swaps: "))
+    assert int(swaps.split()[1]) > 0, swaps

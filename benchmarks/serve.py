@@ -1,0 +1,934 @@
+"""Server benchmark: ``lifecycle serve`` against a hand-written endpoint, and under swaps.
+
+Three HTTP servers serve the same model, a Keras 3 SavedModel written by
+``model.export()`` (the MLP of ``hot_swap.py``: Input(256) -> Dense(units,
+relu) -> Dense(units, relu) -> Dense(16); ``--units 2048`` gives 4.76M params,
+18.1 MiB of weights), each in a process of its own on 127.0.0.1:
+
+    (a) handwritten  what users write today: a Starlette app whose one
+                     ``async`` endpoint parses the body with orjson, calls the
+                     SavedModel's ``serve`` tf.function (``tf.saved_model.load``)
+                     on the event loop and answers with orjson; run by uvicorn
+                     with the settings ``lifecycle serve`` uses.
+    (b) steady       ``lifecycle serve --rest_api_port P --port 0`` on a base path
+                     holding version 1 only.
+    (c) swapping     the same with ``--file_system_poll_wait_seconds``
+                     (``--poll-wait``), while a new version directory appears
+                     every ``--swap-every`` seconds during (c)'s load phases.
+
+Every request is the same TensorFlow Serving REST call, batch 1:
+``POST /v1/models/mlp:predict`` with ``{"instances": [[256 floats]]}``, answered
+with ``{"predictions": [[16 floats]]}``. The load comes from Locust, used as a
+library in a child process per load phase: ``--clients`` ``FastHttpUser``s
+with ``wait_time=constant(0)`` (each sends its next request when the last one
+is answered). Locust rounds its own percentiles to whole milliseconds, so the
+child records each request's exact time from Locust's ``request`` event and
+computes the percentiles itself. A request fails if it raises or its status is
+not 200; every failure counts, in the warm-up too.
+
+The three servers start once and stay up. The run is ``--rounds`` rounds; each
+round runs one load phase per server (``--warmup`` seconds, then ``--seconds``
+measured), in an order that rotates from round to round (a b c, b c a, c a b,
+...) so that no server always runs first or right after the swaps. A
+request counts in a phase if it completes within the measured window. The
+table gives, per server, the median over the rounds of requests/s, p50 and
+p99, with their spread (min-max), and the server's CPU time per request
+(psutil, over the measured window); the ratios (b)/(a) and (c)/(b) are taken
+per round, then their median and spread reported.
+
+Swaps. During each of (c)'s measured windows, the parent copies version 1's
+directory to ``<base>/.tmp-N`` and renames it to ``<base>/N`` every
+``--swap-every`` seconds; the server's default version policy (latest) loads N,
+makes it the default and unloads N-1. The parent polls ``GET /v1/models/mlp``
+every 0.1 s until N is the only version listed, ``AVAILABLE``: that is one swap
+(write -> served). It then deletes N-1's directory and, 0.5 s later, reads the
+server's RSS (psutil): "RSS after swap k". A new version is written only once
+the previous swap completed, so versions never pile up, and a swap counts as
+under load if it completed within a measured window. A swap takes longer than
+``--swap-every`` under load (the server loads at the lowest priority), so if
+the rounds end with fewer than ``--min-swaps`` swaps under load, further (c)
+phases run until there are as many: their failed requests count, their
+latencies are reported apart from the table.
+
+Targets (the report says whether each is met): (b) requests/s >= 0.95x (a)'s
+and p99 <= 1.1x (a)'s; (c) p99 <= 1.5x (b)'s; no failed request over >= 50
+swaps; RSS after swap 50 within 10 % of RSS after swap 1.
+
+The parent exits non-zero if a server fails to start or dies, or a load phase
+fails. Server logs go to files in a temporary directory, kept and shown on
+failure; every process started is stopped at the end (by its PID), also on error.
+
+Needs the server's and the load generator's extras::
+
+    pip install -e '.[serve,bench,loadtest]'
+
+Run (from the repository root)::
+
+    python benchmarks/serve.py         # 5 rounds of 3 x (2 + 20) s, then >= 50 swaps: ~9 min
+    python benchmarks/serve.py --clients 8 --units 512
+    # a quick look, ~1 min:
+    python benchmarks/serve.py --rounds 1 --seconds 4 --units 64 --swap-every 1 --min-swaps 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import _harness
+from _harness import MIB, RESULT_PREFIX, fmt
+from hot_swap import INPUT_DIM, OUTPUTS, build_mlp, mlp_params
+
+if TYPE_CHECKING:
+    import psutil
+
+MODEL_NAME = "mlp"
+PREDICT_PATH = f"/v1/models/{MODEL_NAME}:predict"
+STATUS_PATH = f"/v1/models/{MODEL_NAME}"
+VARIANTS = ("a", "b", "c")
+LABELS = {
+    "a": "(a) hand-written Starlette + tf.function",
+    "b": "(b) lifecycle serve, steady",
+    "c": "(c) lifecycle serve + new versions",
+}
+# Roles of a child process (the hidden --variant).
+ROLES = ("export", "handwritten", "load")
+
+# Printed by a load child when its measured window opens and closes.
+MEASURING = "MEASURING"
+MEASURED = "MEASURED"
+# Seconds between two status polls of the swapping server.
+STATUS_POLL = 0.1
+# Seconds a swap may take (write -> the new version alone served).
+SWAP_TIMEOUT = 120.0
+# Seconds after a swap at which the swapping server's RSS is read.
+RSS_SETTLE = 0.5
+# Most extra load phases of (c) run to reach --min-swaps.
+MAX_EXTRA_PHASES = 20
+# Seconds a load child's clients may take to finish their request in flight.
+STOP_TIMEOUT = 10.0
+# Seconds a server may take to stop after SIGTERM before it is killed.
+STOP_WAIT = 20.0
+# Error messages kept per load phase (every failure is counted).
+ERRORS_KEPT = 5
+# The uvicorn settings of `lifecycle serve` (lifecycle/server/_app.py, serve()).
+UVICORN_SETTINGS: dict[str, Any] = {
+    "lifespan": "on",
+    "timeout_graceful_shutdown": 10.0,
+    "log_level": "info",
+}
+TARGETS = {
+    "throughput": 0.95,  # (b)/(a) requests/s, at least
+    "p99": 1.1,  # (b)/(a) p99, at most
+    "swap_p99": 1.5,  # (c)/(b) p99, at most
+    "swaps": 50,  # swaps under load, at least
+    "rss": 0.10,  # |RSS after swap 50 / RSS after swap 1 - 1|, at most
+}
+
+
+def request_body() -> bytes:
+    """The one request every client sends: one row of fixed pseudo-random floats."""
+    import random
+
+    rng = random.Random(0)
+    row = [round(rng.uniform(-1.0, 1.0), 6) for _ in range(INPUT_DIM)]
+    return json.dumps({"instances": [row]}).encode()
+
+
+# ---------------------------------------------------------------- child: export
+
+
+def run_export(args: argparse.Namespace) -> dict[str, Any]:
+    """Write the served model with ``model.export(args.out)``."""
+    model = build_mlp(args.units)
+    model.export(args.out, verbose=False)
+    return {"params": mlp_params(args.units)}
+
+
+# ------------------------------------------------------ child: the hand-written server
+
+
+def run_handwritten(args: argparse.Namespace) -> None:
+    """Serve ``args.model`` the way a user writes it today, until SIGTERM.
+
+    The whole server is the code below: load the SavedModel, call its
+    tf.function in the endpoint, run the app with uvicorn.
+    """
+    import orjson
+    import tensorflow as tf
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    model = tf.saved_model.load(args.model)
+
+    async def predict(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        outputs = model.serve(tf.constant(body["instances"], dtype=tf.float32))
+        return Response(
+            orjson.dumps({"predictions": outputs.numpy().tolist()}),
+            media_type="application/json",
+        )
+
+    app = Starlette(routes=[Route(PREDICT_PATH, predict, methods=["POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=args.port, **UVICORN_SETTINGS)
+
+
+# ------------------------------------------------------------ child: one load phase
+
+
+def run_load(args: argparse.Namespace) -> dict[str, Any]:
+    """One load phase against ``args.url``: warm-up, measured window, stop.
+
+    Prints :data:`MEASURING` and :data:`MEASURED` (flushed) when the measured
+    window opens and closes, for the parent to act on.
+    """
+    import gevent
+    from locust import FastHttpUser, constant, task
+    from locust.env import Environment
+
+    body = request_body()
+    headers = {"Content-Type": "application/json"}
+
+    clock = time.perf_counter
+    times_ms: list[float] = []
+    failures: list[str] = []
+    # Requests sent and answered (or failed), at any time: the difference at the
+    # end is requests still unanswered when the clients were stopped.
+    sent = answered = failed = 0
+    window = [float("inf"), float("inf")]
+
+    class Client(FastHttpUser):
+        host = args.url
+        wait_time = constant(0)
+
+        @task
+        def predict(self) -> None:
+            nonlocal sent
+            sent += 1
+            self.client.post(PREDICT_PATH, data=body, headers=headers)
+
+    def on_request(
+        response_time: float, response: Any, exception: BaseException | None, **_: Any
+    ) -> None:
+        nonlocal answered, failed
+        answered += 1
+        status = getattr(response, "status_code", None)
+        if exception is not None or status != 200:
+            failed += 1
+            if len(failures) < ERRORS_KEPT:
+                failures.append(f"status {status}: {exception!r}"[:300])
+        elif window[0] <= clock() < window[1]:
+            times_ms.append(response_time)
+
+    environment = Environment(user_classes=[Client], stop_timeout=STOP_TIMEOUT)
+    environment.events.request.add_listener(on_request)
+    runner = environment.create_local_runner()
+    runner.start(args.clients, spawn_rate=max(args.clients, 100))
+    gevent.sleep(args.warmup)
+    print(MEASURING, flush=True)
+    window[0] = started = clock()
+    cpu_started = time.process_time()
+    window[1] = started + args.seconds
+    gevent.sleep(args.seconds)
+    print(MEASURED, flush=True)
+    cpu = time.process_time() - cpu_started
+    runner.stop()  # each client finishes its request in flight (stop_timeout)
+    runner.quit()
+    if sent > answered:
+        failed += sent - answered
+        failures.append(f"{sent - answered} request(s) unanswered {STOP_TIMEOUT:g} s after the end")
+    return {
+        "requests": len(times_ms),
+        "requests_per_second": len(times_ms) / args.seconds,
+        **percentiles_ms(times_ms),
+        "failed": failed,
+        "errors": failures,
+        "load_cpu_share": cpu / args.seconds,
+        "load_cpu_warning": bool(runner.cpu_warning_emitted),
+    }
+
+
+def percentiles_ms(times_ms: list[float]) -> dict[str, float | None]:
+    """p50, p99, p99.9 and max of request times (ms); ``None`` for too few requests."""
+    if len(times_ms) < 2:
+        return {"p50_ms": None, "p99_ms": None, "p999_ms": None, "max_ms": None}
+    cuts = statistics.quantiles(times_ms, n=1000, method="inclusive")
+    return {"p50_ms": cuts[499], "p99_ms": cuts[989], "p999_ms": cuts[998], "max_ms": max(times_ms)}
+
+
+# ----------------------------------------------------------------- parent: servers
+
+
+@dataclass
+class Server:
+    """A server process of one variant, its port and its log files."""
+
+    variant: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def check_alive(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise RuntimeError(
+                f"server {LABELS[self.variant]} exited with code {code}; log: {self.log}\n"
+                + tail(self.log)
+            )
+
+
+def tail(path: Path, lines: int = _harness.STDERR_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log file."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (all bound first, then released)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of every child: quiet TensorFlow, this source tree first on the path."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_harness.REPO_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    return env
+
+
+def server_command(variant: str, port: int, model: Path, base: Path, poll_wait: float) -> list[str]:
+    if variant == "a":
+        script = str(Path(__file__).resolve())
+        command = [sys.executable, script, "--variant", "handwritten", "--model", str(model)]
+        return [*command, "--port", str(port)]
+    command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
+    command += ["--rest_api_port", str(port), "--port", "0", "--model_name", MODEL_NAME]
+    command += ["--model_base_path", str(base)]
+    if variant == "c":
+        command += ["--file_system_poll_wait_seconds", str(poll_wait)]
+    return command
+
+
+def start_server(
+    variant: str, port: int, model: Path, base: Path, poll_wait: float, logs: Path
+) -> Server:
+    log = logs / f"server-{variant}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            server_command(variant, port, model, base, poll_wait),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_environment(),
+        )
+    return Server(variant, process, port, log)
+
+
+def post_predict(url: str, timeout: float = 10.0) -> int:
+    """POST the benchmark's request to ``url``; the response's status."""
+    request = urllib.request.Request(
+        url + PREDICT_PATH, data=request_body(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        json.loads(response.read())
+        return int(response.status)
+
+
+def wait_ready(server: Server, timeout: float) -> float:
+    """Wait until ``server`` answers the benchmark's request with 200; the seconds it took."""
+    started = time.perf_counter()
+    while True:
+        server.check_alive()
+        try:
+            if post_predict(server.url) == 200:
+                return time.perf_counter() - started
+        except (OSError, ValueError):
+            pass  # not listening yet (the port opens once the model is loaded)
+        if time.perf_counter() - started > timeout:
+            raise RuntimeError(
+                f"server {LABELS[server.variant]} not ready after {timeout:g} s; log: "
+                f"{server.log}\n{tail(server.log)}"
+            )
+        time.sleep(0.25)
+
+
+def stop_processes(processes: list[subprocess.Popen[Any]]) -> None:
+    """SIGTERM each process, wait for it, SIGKILL it if it does not stop."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_WAIT
+    for process in processes:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# ------------------------------------------------------------------ parent: swaps
+
+
+def served_versions(url: str) -> dict[int, str]:
+    """``{version: state}`` of the versions ``GET /v1/models/<name>`` lists."""
+    with urllib.request.urlopen(url + STATUS_PATH, timeout=10.0) as response:
+        body = json.loads(response.read())
+    return {int(s["version"]): s["state"] for s in body["model_version_status"]}
+
+
+@dataclass
+class Swap:
+    """One new version: when it was written, when it alone was served, RSS after it."""
+
+    version: int
+    seconds: float  # write -> the version alone listed, AVAILABLE
+    under_load: bool  # completed within a measured window
+    rss: int = 0  # the server's RSS, RSS_SETTLE seconds after the swap
+
+
+@dataclass
+class VersionWriter:
+    """Writes a new version directory every ``every`` seconds during a measured window.
+
+    ``start()`` opens a window, ``stop()`` closes it: the swap in progress, if any,
+    is waited for (it then does not count as under load), and the server's RSS
+    read. ``swaps`` accumulates over every window.
+    """
+
+    server: Server
+    template: Path
+    base: Path
+    every: float
+    version: int = 1
+    swaps: list[Swap] = field(default_factory=list)
+    error: BaseException | None = None
+    _window_open: bool = False
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._window_open = True
+        self._thread = threading.Thread(target=self._run, name="version-writer", daemon=True)
+        self._thread.start()
+
+    def close_window(self) -> None:
+        """The measured window has closed: a swap completing from now on is not under load."""
+        self._window_open = False
+
+    def stop(self) -> None:
+        self._window_open = False
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self.error is not None:
+            raise RuntimeError(f"version writer failed: {self.error!r}") from self.error
+
+    def _run(self) -> None:
+        import psutil
+
+        try:
+            process = psutil.Process(self.server.process.pid)
+            next_write = time.perf_counter()
+            while not self._stop.wait(max(0.0, next_write - time.perf_counter())):
+                next_write = time.perf_counter() + self.every
+                self._swap(process)
+        except BaseException as error:
+            self.error = error
+
+    def _swap(self, process: psutil.Process) -> None:
+        new = self.version + 1
+        staging = self.base / f".tmp-{new}"
+        shutil.copytree(self.template, staging)
+        os.rename(staging, self.base / str(new))
+        written = time.perf_counter()
+        while True:
+            self.server.check_alive()
+            if served_versions(self.server.url) == {new: "AVAILABLE"}:
+                break
+            if time.perf_counter() - written > SWAP_TIMEOUT:
+                raise RuntimeError(
+                    f"version {new} not served alone {SWAP_TIMEOUT:g} s after it was written: "
+                    f"{served_versions(self.server.url)}"
+                )
+            time.sleep(STATUS_POLL)
+        swap = Swap(new, time.perf_counter() - written, self._window_open)
+        shutil.rmtree(self.base / str(self.version))
+        self.version = new
+        time.sleep(RSS_SETTLE)
+        swap.rss = process.memory_info().rss
+        self.swaps.append(swap)
+
+
+# ------------------------------------------------------------- parent: load phases
+
+
+def run_phase(
+    server: Server, args: argparse.Namespace, logs: Path, writer: VersionWriter | None
+) -> dict[str, Any]:
+    """One load phase against ``server``, in a Locust child; its result.
+
+    The server's CPU time is read when the child's measured window opens and
+    closes; ``writer`` (if any) writes versions during the window.
+    """
+    import psutil
+
+    server.check_alive()
+    server_process = psutil.Process(server.process.pid)
+    command = [sys.executable, str(Path(__file__).resolve()), "--variant", "load"]
+    command += ["--url", server.url, "--clients", str(args.clients)]
+    command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
+    log = logs / f"load-{server.variant}.log"
+    with log.open("ab") as errors:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=child_environment(),
+            text=True,
+        )
+    timer = threading.Timer(args.timeout, process.kill)
+    timer.start()
+    result: dict[str, Any] | None = None
+    cpu_started = cpu_seconds = None
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            line = line.strip()
+            if line == MEASURING:
+                cpu_started = sum(server_process.cpu_times()[:2])
+                if writer is not None:
+                    writer.start()
+            elif line == MEASURED:
+                if cpu_started is not None:
+                    cpu_seconds = sum(server_process.cpu_times()[:2]) - cpu_started
+                if writer is not None:
+                    writer.close_window()
+            elif line.startswith(RESULT_PREFIX):
+                result = json.loads(line[len(RESULT_PREFIX) :])
+        code = process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if writer is not None:
+            writer.stop()
+    server.check_alive()
+    if code != 0 or result is None:
+        raise RuntimeError(
+            f"load phase against {LABELS[server.variant]} failed (exit code {code}"
+            f"{', no result line' if result is None else ''}); log: {log}\n{tail(log)}"
+        )
+    result["server_cpu_ms_per_request"] = (
+        1000 * cpu_seconds / result["requests"] if cpu_seconds and result["requests"] else None
+    )
+    return result
+
+
+def round_order(index: int) -> list[str]:
+    """The variants of round ``index`` (from 0): a b c, b c a, c a b, a b c, ..."""
+    shift = index % len(VARIANTS)
+    return [*VARIANTS[shift:], *VARIANTS[:shift]]
+
+
+# ------------------------------------------------------------------ parent: report
+
+
+def median_spread(values: list[float | None], spec: str, suffix: str = "") -> str:
+    """``median (min-max)`` of the values that are not None."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-"
+    median = fmt(statistics.median(present), spec, suffix)
+    if len(present) == 1:
+        return median
+    return f"{median} ({fmt(min(present), spec)}-{fmt(max(present), spec)})"
+
+
+def per_round_ratios(
+    results: dict[str, list[dict[str, Any]]], key: str, over: str, under: str
+) -> list[float | None]:
+    """``results[over][i][key] / results[under][i][key]`` for each round i."""
+    ratios: list[float | None] = []
+    for top, bottom in zip(results[over], results[under], strict=True):
+        value, reference = top.get(key), bottom.get(key)
+        ratios.append(value / reference if value is not None and reference else None)
+    return ratios
+
+
+def median_of(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def variant_rows(results: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
+    rows = []
+    for variant in VARIANTS:
+        phases = results[variant]
+
+        def column(key: str, phases: list[dict[str, Any]] = phases) -> list[float | None]:
+            return [phase.get(key) for phase in phases]
+
+        rows.append(
+            [
+                LABELS[variant],
+                median_spread(column("requests_per_second"), ",.0f"),
+                median_spread(column("p50_ms"), ".2f"),
+                median_spread(column("p99_ms"), ".2f"),
+                median_spread(column("server_cpu_ms_per_request"), ".2f"),
+                median_spread([100 * v for v in column("load_cpu_share") if v is not None], ".0f"),
+                f"{sum(p['requests'] for p in phases):,}",
+                str(sum(p["failed"] for p in phases)),
+            ]
+        )
+    return rows
+
+
+VARIANT_HEADER = [
+    "variant",
+    "requests/s",
+    "p50 ms",
+    "p99 ms",
+    "server CPU ms/request",
+    "load gen CPU %",
+    "requests",
+    "failed",
+]
+RATIO_HEADER = ["ratio, per round", "median (min-max)", "target", "met"]
+
+
+def rss_after(swaps: list[Swap], count: int) -> int | None:
+    """RSS after the ``count``-th swap (from 1), if there was one."""
+    return swaps[count - 1].rss if len(swaps) >= count else None
+
+
+def target_rows(
+    results: dict[str, list[dict[str, Any]]], extra: list[dict[str, Any]], swaps: list[Swap]
+) -> tuple[list[list[str]], bool]:
+    """The ratio and target rows, and whether every target is met."""
+    throughput = per_round_ratios(results, "requests_per_second", "b", "a")
+    p99 = per_round_ratios(results, "p99_ms", "b", "a")
+    swap_p99 = per_round_ratios(results, "p99_ms", "c", "b")
+    under_load = sum(s.under_load for s in swaps)
+    failed = sum(p["failed"] for phases in [*results.values(), extra] for p in phases)
+    first, fiftieth = rss_after(swaps, 1), rss_after(swaps, TARGETS["swaps"])
+    rss_ratio = fiftieth / first if first and fiftieth else None
+    t_med, p_med, s_med = median_of(throughput), median_of(p99), median_of(swap_p99)
+    # (row, value, target, met: None when there is nothing to judge)
+    checks: list[tuple[str, str, str, bool | None]] = [
+        (
+            "(b)/(a) requests/s",
+            median_spread(throughput, ".2f", "x"),
+            f">= {TARGETS['throughput']:.2f}x",
+            None if t_med is None else t_med >= TARGETS["throughput"],
+        ),
+        (
+            "(b)/(a) p99",
+            median_spread(p99, ".2f", "x"),
+            f"<= {TARGETS['p99']:.2f}x",
+            None if p_med is None else p_med <= TARGETS["p99"],
+        ),
+        (
+            "(c)/(b) p99",
+            median_spread(swap_p99, ".2f", "x"),
+            f"<= {TARGETS['swap_p99']:.2f}x",
+            None if s_med is None else s_med <= TARGETS["swap_p99"],
+        ),
+        (
+            "swaps under load, failed requests",
+            f"{under_load}, {failed}",
+            f">= {TARGETS['swaps']}, 0",
+            under_load >= TARGETS["swaps"] and failed == 0,
+        ),
+        (
+            f"(c) RSS after swap {TARGETS['swaps']} / after swap 1",
+            fmt(rss_ratio, ".3f"),
+            f"1 +- {TARGETS['rss']:.2f}",
+            None if rss_ratio is None else abs(rss_ratio - 1) <= TARGETS["rss"],
+        ),
+    ]
+    rows = [
+        [name, value, target, "-" if ok is None else ("yes" if ok else "NO")]
+        for name, value, target, ok in checks
+    ]
+    return rows, all(ok is True for *_, ok in checks)
+
+
+def swap_notes(swaps: list[Swap]) -> list[str]:
+    if not swaps:
+        return ["swaps: none"]
+    seconds = [s.seconds for s in swaps]
+    series = ", ".join(
+        f"{k}: {swap.rss / MIB:.0f}"
+        for k, swap in enumerate(swaps, 1)
+        if k == 1 or k % 10 == 0 or k == len(swaps)
+    )
+    return [
+        f"swaps: {len(swaps)} in all, {sum(s.under_load for s in swaps)} completed under load; "
+        f"write -> new version alone served: median {statistics.median(seconds):.2f} s "
+        f"(min {min(seconds):.2f}, max {max(seconds):.2f}; status polled every {STATUS_POLL:g} s)",
+        f"(c) RSS after swap k, MiB: {series}",
+    ]
+
+
+def error_notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    notes = []
+    for variant in VARIANTS:
+        errors = [e for phase in results[variant] for e in phase["errors"]]
+        if errors:
+            notes.append(f"errors of {LABELS[variant]}: {errors[:ERRORS_KEPT]}")
+        if any(phase["load_cpu_warning"] for phase in results[variant]):
+            notes.append(
+                f"Locust warned that its CPU use was over 90 % against {LABELS[variant]}: "
+                "the load generator limited that phase."
+            )
+    return notes
+
+
+def describe_run(args: argparse.Namespace, params: int, load_start: str) -> list[str]:
+    return [
+        *_harness.machine_lines(),
+        f"load:     uptime load average {load_start} at the start; load generator, servers "
+        "and parent share the machine",
+        f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params "
+        f"({params * 4 / MIB:.1f} MiB), Keras model.export() SavedModel; batch-1 "
+        f"TF Serving REST predict, {args.clients} Locust FastHttpUsers with no wait",
+        f"rounds:   {args.rounds} x (a, b, c) in rotating order, each phase {args.warmup:g} s "
+        f"warm-up + {args.seconds:g} s measured",
+        f"versions: (c) polls its base path every {args.poll_wait:g} s; a new version directory "
+        f"every {args.swap_every:g} s during (c)'s measured windows",
+    ]
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def extra_note(extra: list[dict[str, Any]], min_swaps: int) -> list[str]:
+    if not extra:
+        return []
+    return [
+        f"extra (c) phases to reach {min_swaps} swaps under load (not in the table): "
+        f"{len(extra)}, {sum(p['requests'] for p in extra):,} requests, p99 "
+        f"{median_spread([p['p99_ms'] for p in extra], '.2f')} ms, "
+        f"{sum(p['failed'] for p in extra)} failed"
+    ]
+
+
+def print_run_report(
+    args: argparse.Namespace, params: int, load_start: str, run: Run, idle_rss: dict[str, int]
+) -> None:
+    ratio_rows, all_met = target_rows(run.results, run.extra, run.writer.swaps)
+    print("\n".join(describe_run(args, params, load_start)))
+    print()
+    print(_harness.render_table(VARIANT_HEADER, variant_rows(run.results)))
+    print()
+    print(_harness.render_table(RATIO_HEADER, ratio_rows))
+    print()
+    print(f"targets: {'all met' if all_met else 'NOT all met'}")
+    legend = [
+        "requests/s, p50, p99, server CPU, load gen CPU: median over the rounds (min-max);",
+        "  p50/p99 from every request that completed in a measured window, timed by Locust",
+        "  (perf_counter, send to body read). server CPU: the server process's user+system",
+        "  time over the window / requests. load gen CPU: the Locust child's, % of one core.",
+        "requests, failed: sums over the rounds; failed counts warm-ups too.",
+        "ratios: taken per round, then their median (min-max).",
+    ]
+    print("\n".join(legend))
+    print(
+        "p99.9 ms, median (min-max): "
+        + ", ".join(
+            f"({v}) {median_spread([p['p999_ms'] for p in run.results[v]], '.1f')}"
+            for v in VARIANTS
+        )
+    )
+    print("\n".join(swap_notes(run.writer.swaps) + extra_note(run.extra, args.min_swaps)))
+    print(
+        "server RSS at the end, MiB: "
+        + ", ".join(f"({v}) {idle_rss[v] / MIB:.0f}" for v in VARIANTS if v in idle_rss)
+    )
+    print(f"load average at the end: {load_average()}")
+    for note in error_notes({**run.results, "c": run.results["c"] + run.extra}):
+        print(note)
+
+
+# --------------------------------------------------------------------- parent: run
+
+
+@dataclass
+class Run:
+    """The load phases run so far, and the writer of (c)'s versions."""
+
+    writer: VersionWriter
+    results: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {v: [] for v in VARIANTS}
+    )
+    # (c)'s phases after the rounds, to reach --min-swaps.
+    extra: list[dict[str, Any]] = field(default_factory=list)
+
+    def phase(self, server: Server, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
+        writer = self.writer if server.variant == "c" else None
+        result = run_phase(server, args, logs, writer)
+        print(
+            f"  {result['requests_per_second']:,.0f} requests/s, "
+            f"p99 {fmt(result['p99_ms'], '.2f')} ms, {result['failed']} failed, "
+            f"{len(self.writer.swaps)} swaps so far",
+            file=sys.stderr,
+            flush=True,
+        )
+        return result
+
+
+def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> list[Server]:
+    """Export the model, then start the three servers; returned as soon as started."""
+    template = work / "model"
+    print("exporting the model ...", file=sys.stderr, flush=True)
+    exported = _harness.spawn_child(
+        __file__, "export", ["--units", str(args.units), "--out", str(template)], args.timeout
+    )
+    if exported.result is None:
+        raise RuntimeError(f"exporting the model failed: {exported.error}")
+    for variant in ("b", "c"):
+        shutil.copytree(template, work / f"base-{variant}" / "1")
+    ports = free_ports(len(VARIANTS))
+    return [
+        start_server(v, port, template, work / f"base-{v}", args.poll_wait, logs)
+        for v, port in zip(VARIANTS, ports, strict=True)
+    ]
+
+
+def run_parent(args: argparse.Namespace) -> int:
+    import psutil
+
+    # SIGTERM ends the run through the `finally` below, which stops the servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    load_start = load_average()
+    work = Path(tempfile.mkdtemp(prefix="lifecycle-serve-bench-"))
+    logs = work / "logs"
+    logs.mkdir()
+    servers: list[Server] = []
+    failed = True
+    try:
+        servers = start_servers(args, work, logs)
+        for server in servers:
+            seconds = wait_ready(server, args.timeout)
+            print(f"server {server.variant} ready after {seconds:.1f} s", file=sys.stderr)
+        by_variant = {s.variant: s for s in servers}
+        run = Run(VersionWriter(by_variant["c"], work / "model", work / "base-c", args.swap_every))
+        for index in range(args.rounds):
+            for variant in round_order(index):
+                print(f"round {index + 1}: {variant} ...", file=sys.stderr, flush=True)
+                run.results[variant].append(run.phase(by_variant[variant], args, logs))
+        while len(run.extra) < MAX_EXTRA_PHASES:
+            under_load = sum(s.under_load for s in run.writer.swaps)
+            if under_load >= args.min_swaps:
+                break
+            print(f"extra (c) phase: {under_load} swaps so far ...", file=sys.stderr, flush=True)
+            run.extra.append(run.phase(by_variant["c"], args, logs))
+        idle_rss = {s.variant: psutil.Process(s.process.pid).memory_info().rss for s in servers}
+        print_run_report(args, mlp_params(args.units), load_start, run, idle_rss)
+        failed = False
+        return 0
+    except RuntimeError as error:
+        print(f"\nbenchmark failed: {error}", file=sys.stderr)
+        return 1
+    finally:
+        stop_processes([s.process for s in servers])
+        if failed:
+            print(f"logs and models kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def run_child(role: str, args: argparse.Namespace) -> dict[str, Any]:
+    if role == "export":
+        return run_export(args)
+    if role == "handwritten":
+        run_handwritten(args)
+        return {}
+    return run_load(args)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = _harness.argument_parser(__doc__)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of (a, b, c) load phases")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per phase")
+    parser.add_argument(
+        "--warmup", type=float, default=2.0, help="unmeasured seconds of load before each phase"
+    )
+    parser.add_argument("--clients", type=int, default=4, help="concurrent Locust clients")
+    parser.add_argument(
+        "--units", type=int, default=2048, help="hidden width (2048 gives 4.76M params)"
+    )
+    parser.add_argument(
+        "--swap-every", type=float, default=2.0, help="seconds between new versions in (c)"
+    )
+    parser.add_argument(
+        "--poll-wait", type=float, default=1.0, help="(c)'s --file_system_poll_wait_seconds"
+    )
+    parser.add_argument(
+        "--min-swaps",
+        type=int,
+        default=TARGETS["swaps"],
+        help="after the rounds, further (c) phases run until this many swaps happened under load",
+    )
+    _harness.add_child_arguments(parser, ROLES, timeout=600.0)
+    # The children's own options.
+    for name in ("--out", "--model", "--url"):
+        parser.add_argument(name, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    positive = (args.rounds, args.seconds, args.clients, args.units, args.swap_every)
+    if min(positive) <= 0 or args.poll_wait <= 0 or args.timeout <= 0:
+        parser.error(
+            "--rounds, --seconds, --clients, --units, --swap-every, --poll-wait and "
+            "--timeout must be positive"
+        )
+    if args.warmup < 0 or args.min_swaps < 0:
+        parser.error("--warmup and --min-swaps must be 0 or more")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    return _harness.run_role(parse_args(argv), run_child, run_parent)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
