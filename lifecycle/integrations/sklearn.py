@@ -170,11 +170,12 @@ class ManagedEstimator:
             self.model_ = model
 
 
-def _clone_by_parameters(estimator: Any) -> Any:
+def _clone_with_fit_kwargs(estimator: Any, clone: Any) -> Any:
     # Keras 3.15's __sklearn_clone__ rebuilds the wrapper from `model`,
-    # `warm_start` and `model_kwargs` only, so a clone loses `fit_kwargs`;
-    # scikit-learn's default clone copies every parameter from get_params().
-    return sklearn.base.BaseEstimator.__sklearn_clone__(estimator)
+    # `warm_start` and `model_kwargs` only, so a clone lost `fit_kwargs`;
+    # copy it as scikit-learn copies a parameter.
+    clone.fit_kwargs = sklearn.base.clone(estimator.fit_kwargs, safe=False)
+    return clone
 
 
 def _fit_without_changing_parameters(estimator: Any, fit: Any, X: Any, y: Any, kwargs: Any) -> Any:
@@ -205,7 +206,7 @@ class ManagedSKLearnClassifier(ManagedEstimator, SKLearnClassifier):
     """
 
     def __sklearn_clone__(self) -> ManagedSKLearnClassifier:
-        return _clone_by_parameters(self)
+        return _clone_with_fit_kwargs(self, super().__sklearn_clone__())
 
     def fit(self, X: Any, y: Any, **kwargs: Any) -> ManagedSKLearnClassifier:
         """Fit a new model (the previous one, if any, is disposed); see Keras's ``fit``."""
@@ -219,7 +220,7 @@ class ManagedSKLearnRegressor(ManagedEstimator, SKLearnRegressor):
     """
 
     def __sklearn_clone__(self) -> ManagedSKLearnRegressor:
-        return _clone_by_parameters(self)
+        return _clone_with_fit_kwargs(self, super().__sklearn_clone__())
 
     def fit(self, X: Any, y: Any, **kwargs: Any) -> ManagedSKLearnRegressor:
         """Fit a new model (the previous one, if any, is disposed); see Keras's ``fit``."""
@@ -233,7 +234,7 @@ class ManagedSKLearnTransformer(ManagedEstimator, SKLearnTransformer):
     """
 
     def __sklearn_clone__(self) -> ManagedSKLearnTransformer:
-        return _clone_by_parameters(self)
+        return _clone_with_fit_kwargs(self, super().__sklearn_clone__())
 
     def fit(self, X: Any, y: Any, **kwargs: Any) -> ManagedSKLearnTransformer:
         """Fit a new model (the previous one, if any, is disposed); see Keras's ``fit``."""
