@@ -92,7 +92,9 @@ def test_grid_search_matches_the_plain_wrapper_and_keeps_only_the_refit_model():
     grid = {"model_kwargs": [{"units": 8}, {"units": 32}]}
     plain_build, build = Recorder(), Recorder()
     keras.utils.set_random_seed(1)
-    plain = model_selection.GridSearchCV(SKLearnClassifier(plain_build), grid, cv=2).fit(x, y, **FIT)
+    plain = model_selection.GridSearchCV(SKLearnClassifier(plain_build), grid, cv=2).fit(
+        x, y, **FIT
+    )
     keras.utils.set_random_seed(1)
     search = model_selection.GridSearchCV(ManagedSKLearnClassifier(build), grid, cv=2)
     search.fit(x, y, **FIT)
@@ -140,7 +142,9 @@ def test_refit_dispose_and_fit_leave_parameters_and_the_right_models():
 
 def test_a_pickled_copy_owns_a_managed_model_of_its_own():
     x, y = digits(64)
-    estimator = ManagedSKLearnRegressor(Recorder(regression=True), fit_kwargs={"epochs": 1, "verbose": 0})
+    estimator = ManagedSKLearnRegressor(
+        Recorder(regression=True), fit_kwargs={"epochs": 1, "verbose": 0}
+    )
     estimator.fit(x, (y == 3).astype("float32"))
     copy = pickle.loads(pickle.dumps(estimator))
     assert copy.model_ is not estimator.model_
@@ -186,3 +190,38 @@ def test_the_mixin_manages_any_wrapper_that_keeps_model_():
     assert isinstance(model, lc.ManagedModel) and estimator.get_params() == {"units": 2}
     del estimator
     assert released(model)
+
+
+def test_the_mixin_works_with_scikeras():
+    # scikeras is no longer maintained (the docs say why the managed classes build
+    # on Keras's own wrappers); the mixin still works with its last release.
+    wrappers = pytest.importorskip("scikeras.wrappers")
+
+    class Managed(ManagedEstimator, wrappers.KerasClassifier):
+        pass
+
+    built: list[keras.Model] = []
+
+    def build(units=8):
+        model = keras.Sequential(
+            [keras.Input((64,)), keras.layers.Dense(units), keras.layers.Dense(10, "softmax")]
+        )
+        built.append(model)
+        return model
+
+    x, y = digits(128)
+    estimator = Managed(build, loss="sparse_categorical_crossentropy", epochs=1, verbose=0)
+    scores = model_selection.cross_val_score(estimator, x, y, cv=2)
+    assert scores.shape == (2,) and len(built) == 2 and all(released(m) for m in built)
+
+
+def test_worker_threads_dispose_the_models_they_fitted():
+    joblib = pytest.importorskip("joblib")
+    x, y = digits(128)
+    build = Recorder()
+    with joblib.parallel_backend("threading", n_jobs=2):
+        scores = model_selection.cross_val_score(
+            ManagedSKLearnClassifier(build), x, y, cv=2, params=FIT, n_jobs=2
+        )
+    assert scores.shape == (2,) and len(build.models) == 2
+    assert all(released(m) for m in build.models)
