@@ -26,9 +26,11 @@ from lifecycle.integrations.sklearn import (  # noqa: E402
 @pytest.fixture(autouse=True)
 def quiet_keras():
     # The wrappers' predict() shows a progress bar whatever fit's `verbose` says.
+    enabled = keras.config.is_interactive_logging_enabled()
     keras.config.disable_interactive_logging()
     yield
-    keras.config.enable_interactive_logging()
+    if enabled:
+        keras.config.enable_interactive_logging()
 
 
 def digits(samples: int = 300) -> tuple[np.ndarray, np.ndarray]:
