@@ -1,6 +1,7 @@
 """keras-lifecycle: Keras 3 / TensorFlow models that give their memory back."""
 
 from . import distribute as distribute
+from . import integrations as integrations
 from . import monitoring as monitoring
 from . import testing as testing
 from ._checkpoints import CheckpointKeeper as CheckpointKeeper

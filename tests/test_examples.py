@@ -24,12 +24,15 @@ EXPECTED = {
     "monitoring.py": "module app.debug → .LAST_MODELS → list[0]",
     "serve_checkpointed_versions.py": "still serving v2: 2.0",
     "serving_http.py": "after loading version 3: [[3.0, 3.0]]",
+    "sweep_keras_tuner.py": "left live",
+    "sweep_sklearn.py": "after the search:",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
     "daily_incremental_training.py": ["--days", "5"],
     "parameter_server_lifecycle.py": ["--generations", "2"],
     "monitoring.py": ["--cycles", "5"],
+    "sweep_keras_tuner.py": ["--trials", "3"],
 }
 
 
@@ -72,12 +75,34 @@ def both_protocols_answered_and_bad_input_was_refused(out: str) -> None:
     line_matching(r"^versions: \{'3': 'AVAILABLE'(, '2': '(UNLOADING|END)')?\}$", out)
 
 
+def every_trial_model_was_disposed(out: str) -> None:
+    # The constructor's model and one per trial, all disposed; nothing left live.
+    found = line_matching(
+        r"^(\d+) trials: (\d+) models built, (\d+) disposed \([\d.]+ MiB released\), "
+        r"(\d+) left live$",
+        out,
+    )
+    trials, built, disposed, live = (int(found[i]) for i in (1, 2, 3, 4))
+    assert built == disposed == trials + 1 and live == 0, found[0]
+    line_matching(r"^best model: accuracy [\d.]+, then disposed", out)
+
+
+def every_fold_model_was_disposed(out: str) -> None:
+    # 5 folds; then 2 candidates x 3 folds and the refit, which alone stays live.
+    line_matching(r"^5-fold accuracy: [\d.]+ ± [\d.]+; 5 of 5 fitted models disposed$", out)
+    line_matching(r"; 11 of 12 fitted models disposed$", out)
+    line_matching(r"^refit best model: live$", out)
+    line_matching(r"^after the search: 12 of 12 fitted models disposed$", out)
+
+
 # What an example's output must show beyond its fragment in EXPECTED.
 CLAIMS: dict[str, Callable[[str], None]] = {
     "ab_loading.py": user_7_sticks_and_the_split_is_90_10,
     "serving.py": every_client_was_refused_after_dispose,
     "hot_swap_serving.py": no_request_failed,
     "serving_http.py": both_protocols_answered_and_bad_input_was_refused,
+    "sweep_keras_tuner.py": every_trial_model_was_disposed,
+    "sweep_sklearn.py": every_fold_model_was_disposed,
 }
 
 
@@ -147,6 +172,12 @@ def test_the_claims_fail_on_the_outputs_they_reject():
         )
     with pytest.raises(AssertionError, match="no line matches"):
         no_request_failed("requests per version: {1: 10}; failed: 3\n")
+    with pytest.raises(AssertionError, match="1 left live"):
+        every_trial_model_was_disposed(
+            "3 trials: 4 models built, 3 disposed (0.50 MiB released), 1 left live\n"
+        )
+    with pytest.raises(AssertionError, match="no line matches"):
+        every_fold_model_was_disposed("5-fold accuracy: 0.9 ± 0.1; 0 of 5 fitted models disposed\n")
     with pytest.raises(AssertionError, match="refused with 400"):
         both_protocols_answered_and_bad_input_was_refused(
             "TF Serving predict from version 2: [[2.0, 2.0]]\n"

@@ -1,0 +1,229 @@
+"""scikit-learn: each fitted Keras model is disposed once model selection is done with it."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+
+import keras
+import numpy as np
+import pytest
+
+import lifecycle as lc
+
+model_selection = pytest.importorskip("sklearn.model_selection")
+sklearn_base = pytest.importorskip("sklearn.base")
+
+from keras.wrappers import SKLearnClassifier  # noqa: E402 (after the skip)
+
+from lifecycle.integrations.sklearn import (  # noqa: E402
+    ManagedEstimator,
+    ManagedSKLearnClassifier,
+    ManagedSKLearnRegressor,
+)
+
+
+@pytest.fixture(autouse=True)
+def quiet_keras():
+    # The wrappers' predict() shows a progress bar whatever fit's `verbose` says.
+    enabled = keras.config.is_interactive_logging_enabled()
+    keras.config.disable_interactive_logging()
+    yield
+    if enabled:
+        keras.config.enable_interactive_logging()
+
+
+def digits(samples: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return (x[:samples] / 16).astype("float32"), y[:samples]
+
+
+class Recorder:
+    """A model-building callable (as the wrappers take) that keeps what it built."""
+
+    def __init__(self, *, regression: bool = False) -> None:
+        self.models: list[keras.Model] = []
+        self.regression = regression
+
+    def __call__(self, X, y, units=16):
+        # The classifier wrapper passes one-hot targets.
+        classes = 0 if self.regression else y.shape[1]
+        model = keras.Sequential(
+            [
+                keras.Input((X.shape[1],)),
+                keras.layers.Dense(units, activation="relu"),
+                keras.layers.Dense(classes or 1, activation="softmax" if classes else None),
+            ]
+        )
+        model.compile(optimizer="adam", loss="categorical_crossentropy" if classes else "mse")
+        self.models.append(model)
+        return model
+
+
+def released(model: keras.Model) -> bool:
+    return model.state is lc.ModelState.DISPOSED and all(
+        tuple(v.numpy().shape) == (0,) for v in model.weights
+    )
+
+
+FIT = {"epochs": 2, "batch_size": 64, "verbose": 0}
+
+
+def test_cross_val_score_matches_the_plain_wrapper_and_disposes_each_fold():
+    x, y = digits()
+    plain_build, build = Recorder(), Recorder()
+    keras.utils.set_random_seed(0)
+    plain = model_selection.cross_val_score(SKLearnClassifier(plain_build), x, y, cv=3, params=FIT)
+    with lc.LifecycleSession(cleanup=lc.CleanupStrategy.ON_SESSION_CLOSE) as session:
+        keras.utils.set_random_seed(0)
+        scores = model_selection.cross_val_score(
+            ManagedSKLearnClassifier(build), x, y, cv=3, params=FIT
+        )
+        # Disposed as each fold's clone was dropped, before the session closes.
+        assert len(build.models) == 3 and all(released(m) for m in build.models)
+    np.testing.assert_array_equal(scores, plain)
+    assert session.statistics().models_disposed == 3
+    assert session.statistics().models_cleaned == 0
+
+
+@pytest.mark.slow
+def test_grid_search_matches_the_plain_wrapper_and_keeps_only_the_refit_model():
+    x, y = digits()
+    grid = {"model_kwargs": [{"units": 8}, {"units": 32}]}
+    plain_build, build = Recorder(), Recorder()
+    keras.utils.set_random_seed(1)
+    plain = model_selection.GridSearchCV(SKLearnClassifier(plain_build), grid, cv=2).fit(
+        x, y, **FIT
+    )
+    keras.utils.set_random_seed(1)
+    search = model_selection.GridSearchCV(ManagedSKLearnClassifier(build), grid, cv=2)
+    search.fit(x, y, **FIT)
+    np.testing.assert_array_equal(
+        search.cv_results_["mean_test_score"], plain.cv_results_["mean_test_score"]
+    )
+    assert search.best_params_ == plain.best_params_
+    # 2 candidates x 2 folds, disposed; the refit best model is the search's.
+    *folds, best = build.models
+    assert len(folds) == 4 and all(released(m) for m in folds)
+    assert search.best_estimator_.model_ is best and best.state is lc.ModelState.LIVE
+    np.testing.assert_array_equal(search.predict(x[:20]), plain.predict(x[:20]))
+    del search
+    assert best.state is lc.ModelState.DISPOSED  # the search let go of it
+
+
+def test_clone_keeps_every_parameter():
+    build = Recorder()
+    estimator = ManagedSKLearnClassifier(build, model_kwargs={"units": 8}, fit_kwargs=FIT)
+    copy = sklearn_base.clone(estimator)
+    assert type(copy) is ManagedSKLearnClassifier and copy is not estimator
+    assert copy.get_params() == estimator.get_params()
+    # Keras 3.15's own clone drops fit_kwargs; ours copies it.
+    assert copy.fit_kwargs == FIT and copy.fit_kwargs is not estimator.fit_kwargs
+    assert copy.set_params(model_kwargs={"units": 4}).model_kwargs == {"units": 4}
+
+
+def test_refit_dispose_and_fit_leave_parameters_and_the_right_models():
+    x, y = digits(64)
+    build = Recorder()
+    fit_kwargs = {"verbose": 0}
+    estimator = ManagedSKLearnClassifier(build, fit_kwargs=fit_kwargs)
+    estimator.fit(x, y, epochs=1)
+    assert fit_kwargs == {"verbose": 0}  # not {"verbose": 0, "epochs": 1}
+    first = estimator.model_
+    assert isinstance(first, lc.ManagedModel) and first.state is lc.ModelState.LIVE
+    estimator.fit(x, y, epochs=1)
+    assert released(first) and estimator.model_ is build.models[1]
+    report = estimator.dispose()
+    assert released(build.models[1]) and report.bytes_released > 0
+    with pytest.raises(AttributeError, match="not fitted, or its model was disposed"):
+        estimator.model_  # noqa: B018
+    assert estimator.dispose() is None
+
+
+def test_a_pickled_copy_owns_a_managed_model_of_its_own():
+    x, y = digits(64)
+    estimator = ManagedSKLearnRegressor(
+        Recorder(regression=True), fit_kwargs={"epochs": 1, "verbose": 0}
+    )
+    estimator.fit(x, (y == 3).astype("float32"))
+    copy = pickle.loads(pickle.dumps(estimator))
+    assert copy.model_ is not estimator.model_
+    assert isinstance(copy.model_, lc.ManagedModel)
+    np.testing.assert_array_equal(copy.predict(x[:5]), estimator.predict(x[:5]))
+    original = estimator.model_
+    del estimator
+    assert original.state is lc.ModelState.DISPOSED
+    assert copy.model_.state is lc.ModelState.LIVE
+    copy.dispose()
+
+
+def test_an_estimator_found_by_a_collection_is_disposed_by_the_cleaner():
+    x, y = digits(64)
+    with lc.LifecycleSession(cleanup=lc.CleanupStrategy.ON_SESSION_CLOSE) as session:
+        estimator = ManagedSKLearnClassifier(Recorder(), fit_kwargs={"epochs": 1, "verbose": 0})
+        estimator.fit(x, y)
+        model = estimator.model_
+        estimator.cycle = estimator  # only a collection can find it now
+        del estimator
+        gc.collect()
+        # Inside the collection the disposal was only queued: on this
+        # strategy it runs when the session closes.
+        assert model.state is lc.ModelState.LIVE
+    assert released(model)
+    assert session.statistics().models_disposed == 1 and session.statistics().models_cleaned == 0
+
+
+def test_the_mixin_manages_any_wrapper_that_keeps_model_():
+    class Plain(sklearn_base.BaseEstimator):
+        def __init__(self, units=4):
+            self.units = units
+
+        def fit(self, X, y):
+            self.model_ = keras.Sequential([keras.Input((X.shape[1],)), keras.layers.Dense(1)])
+            return self
+
+    class Managed(ManagedEstimator, Plain):
+        pass
+
+    estimator = Managed(units=2).fit(np.ones((2, 3)), None)
+    model = estimator.model_
+    assert isinstance(model, lc.ManagedModel) and estimator.get_params() == {"units": 2}
+    del estimator
+    assert released(model)
+
+
+def test_the_mixin_works_with_scikeras():
+    # scikeras is no longer maintained (the docs say why the managed classes build
+    # on Keras's own wrappers); the mixin still works with its last release.
+    wrappers = pytest.importorskip("scikeras.wrappers")
+
+    class Managed(ManagedEstimator, wrappers.KerasClassifier):
+        pass
+
+    built: list[keras.Model] = []
+
+    def build(units=8):
+        model = keras.Sequential(
+            [keras.Input((64,)), keras.layers.Dense(units), keras.layers.Dense(10, "softmax")]
+        )
+        built.append(model)
+        return model
+
+    x, y = digits(128)
+    estimator = Managed(build, loss="sparse_categorical_crossentropy", epochs=1, verbose=0)
+    scores = model_selection.cross_val_score(estimator, x, y, cv=2)
+    assert scores.shape == (2,) and len(built) == 2 and all(released(m) for m in built)
+
+
+def test_worker_threads_dispose_the_models_they_fitted():
+    joblib = pytest.importorskip("joblib")
+    x, y = digits(128)
+    build = Recorder()
+    with joblib.parallel_backend("threading", n_jobs=2):
+        scores = model_selection.cross_val_score(
+            ManagedSKLearnClassifier(build), x, y, cv=2, params=FIT, n_jobs=2
+        )
+    assert scores.shape == (2,) and len(build.models) == 2
+    assert all(released(m) for m in build.models)
