@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -208,6 +209,53 @@ def test_a_failing_new_version_does_not_retire_the_serving_one(tmp_path):
         publish(tmp_path, 3, 3.0)  # the next good version takes over
         report = registry.scan("risk")
         assert (report.loaded, report.retired, report.default) == ((3,), (1,), 3)
+
+
+def test_a_version_unloaded_by_hand_stays_unloaded_until_loaded_by_hand(tmp_path):
+    for version in (1, 2):
+        publish(tmp_path, version, float(version))
+    with lc.ModelRegistry() as registry:
+        registry.watch("risk", tmp_path, factory, policy=lc.VersionPolicy.all())
+        registry.unload("risk", 1, wait=True)
+        report = registry.scan("risk")
+        assert (report.loaded, report.held) == ((), (1,))
+        assert [s.version for s in registry.status("risk")] == [2]
+        registry.load("risk", 1, factory, checkpoint=tmp_path / "1")  # by hand: released
+        report = registry.scan("risk")
+        assert (report.loaded, report.held) == ((), ())
+        assert [s.version for s in registry.status("risk")] == [1, 2]
+        registry.unload("risk", 1, wait=True)
+        registry.unwatch("risk")  # watched anew: nothing held
+        assert registry.watch("risk", tmp_path, factory, policy=lc.VersionPolicy.all()).loaded == (
+            1,
+        )
+
+
+def test_a_failed_version_is_tried_again_only_once_its_directory_changes(tmp_path, caplog):
+    publish(tmp_path, 1, 1.0)
+    prefix = publish(tmp_path, 2, 2.0)
+    index = Path(prefix + ".index")
+    good = index.read_bytes()
+    index.write_bytes(b"not an index")
+    builds = []
+
+    def counting_factory():
+        builds.append(1)
+        return factory()
+
+    with lc.ModelRegistry() as registry:
+        report = registry.watch("risk", tmp_path, counting_factory, policy=lc.VersionPolicy.all())
+        assert report.loaded == (1,) and [v for v, _ in report.failed] == [2]
+        tried = len(builds)
+        for _ in range(3):  # what polling does
+            report = registry.scan("risk")
+            assert [v for v, _ in report.failed] == [2] and "CheckpointError" in report.failed[0][1]
+        assert len(builds) == tried  # reported, not loaded again
+        assert caplog.text.count("'risk' version 2 failed to load") == 1
+        index.write_bytes(good)  # the deploy fixes the file
+        report = registry.scan("risk")
+        assert (report.loaded, report.failed) == ((2,), ())
+        assert answer(registry, version=2) == 2.0
 
 
 def watch_thread(registry, name):

@@ -368,7 +368,7 @@ def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_p
             archive.writestr("config.json", "not a keras model")  # complete, but broken
         wait_until(lambda: "version 3 failed" in caplog.text, "the failed load logged")
         time.sleep(0.5)  # several polls: the broken version is not retried
-        assert caplog.text.count("version 3 failed") == 1
+        assert caplog.text.count("'m' version 3 failed to load") == 1
         assert answer(url) == {"predictions": [[5.0, 5.0]]}
 
         unload = httpx.post(f"{url}/v2/repository/models/m/unload", json={})
@@ -564,9 +564,12 @@ def test_v2_repository_index_unload_and_load(v2, server):
     assert v2.is_model_ready("words")
     with pytest.raises(InferenceServerException, match="not in the server's configuration"):
         v2.load_model("nope")
-    with pytest.raises(InferenceServerException, match="labels"):
-        v2.unload_model("risk")  # its labels pin both versions
+    v2.unload_model("risk")  # labelled: the labels go with its versions
+    wait_until(lambda: not v2.is_model_ready("risk"), "risk unloaded")
+    v2.load_model("risk")  # the configured labels come back
     assert v2.is_model_ready("risk", model_version="1")
+    canary = httpx.get(f"{server}/v1/models/risk/labels/canary").json()
+    assert canary["model_version_status"][0]["version"] == "2"
 
 
 # -- metrics ----------------------------------------------------------------------------
@@ -656,43 +659,58 @@ def grpc_predict(port: int) -> tuple[list, int]:
     return tf.make_ndarray(response.outputs["output_0"]).tolist(), response.model_spec.version.value
 
 
-@pytest.mark.subprocess
-def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
-    port, grpc_port = free_port(), free_port()
+@contextlib.contextmanager
+def lifecycle_serve(*flags: str, ready_within: float = 180) -> Iterator[subprocess.Popen]:
+    """``lifecycle serve *flags`` in a child process, once ready; killed on exit if still running.
+
+    ``flags`` must include ``--rest_api_port``; its output is the process's stdout.
+    """
+    port = flags[flags.index("--rest_api_port") + 1]
     command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
-    flags = ["--rest_api_port", str(port), "--port", str(grpc_port), "--model_name", "risk"]
-    flags += ["--model_base_path", str(models_root / "risk"), "--drain_seconds", "5"]
     process = subprocess.Popen(
-        [*command, *flags],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        [*command, *flags], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + ready_within
         while True:
             assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "lifecycle serve was not ready within 180 s"
+            assert time.monotonic() < deadline, f"not ready within {ready_within} s"
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/v2/health/ready", timeout=5).status_code == 200:
+                ready = httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5)
+                if ready.status_code == 200:
                     break
             time.sleep(0.2)
-        body = {"instances": [[0.0, 0.0, 0.0]]}
-        answer = httpx.post(f"{url}/v1/models/risk:predict", json=body, timeout=30)
-        assert answer.json() == {"predictions": [[3.0, 3.0]]}  # the latest version, 3
-        assert grpc_predict(grpc_port) == ([[3.0, 3.0]], 3)  # the same service over gRPC
-        process.send_signal(signal.SIGTERM)
-        output, _ = process.communicate(timeout=60)
-        assert process.returncode == 0, output
-        assert "Shutting down" in output
-        assert f"gRPC running on 127.0.0.1:{grpc_port}" in output
-        assert "Registry closed: 1 version(s) drained and disposed." in output
+        yield process
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate(timeout=30)
+
+
+def stop(process: subprocess.Popen) -> str:
+    """SIGTERM ``process``; assert it exits 0 within 60 s; its output."""
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    return output
+
+
+@pytest.mark.subprocess
+def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
+    port, grpc_port = free_port(), free_port()
+    flags = ["--rest_api_port", str(port), "--port", str(grpc_port), "--model_name", "risk"]
+    flags += ["--model_base_path", str(models_root / "risk"), "--drain_seconds", "5"]
+    with lifecycle_serve(*flags) as process:
+        body = {"instances": [[0.0, 0.0, 0.0]]}
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/models/risk:predict", json=body, timeout=30
+        )
+        assert answer.json() == {"predictions": [[3.0, 3.0]]}  # the latest version, 3
+        assert grpc_predict(grpc_port) == ([[3.0, 3.0]], 3)  # the same service over gRPC
+        output = stop(process)
+    assert "Shutting down" in output
+    assert f"gRPC running on 127.0.0.1:{grpc_port}" in output
+    assert "Registry closed: 1 version(s) drained and disposed." in output
 
 
 @pytest.mark.subprocess

@@ -7,6 +7,7 @@ Serving's REST API over plain HTTP, KServe's v2 protocol with tritonclient.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -330,3 +331,84 @@ def test_lifecycle_serve_beyond_loopback_without_a_token_exits_2_naming_the_flag
     result = CliRunner().invoke(cli.build_app(), turned_off)
     assert result.exit_code == 2
     assert "'/no/such' is not a directory" in result.output  # the next check, not the token
+
+
+def test_routes_and_swap_policy_from_flags(tmp_path):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    save(constant_model(2.0), tmp_path / "m", 2)
+    config_file = tmp_path / "models.config"
+    config_file.write_text(
+        'model_config_list { config { name: "m" base_path: "%s" '
+        "model_version_policy { all {} } "
+        'version_labels { key: "stable" value: 1 } } }' % (tmp_path / "m")
+    )
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_config_file=str(config_file),
+        route=["m=stable:3,2:1"],
+        swap_policy="RESOURCE_PRESERVING",
+    )
+    assert config.routes == {"m": {"stable": 3.0, 2: 1.0}}
+    assert config.swap_policy is lc.SwapPolicy.RESOURCE_PRESERVING
+    with client_of("routes", config) as client:  # the route is set once the models load
+        weights = {
+            row["version"]: row["weight"]
+            for row in client.get("/v1/admin/models/m").json()["versions"]
+        }
+        assert weights == {1: 0.75, 2: 0.25}
+        served = {
+            key: client.post(
+                "/v1/models/m:predict", json=ROW, headers={"X-Lifecycle-Key": key}
+            ).json()["predictions"][0][0]
+            for key in map(str, range(40))
+        }
+        assert set(served.values()) == {1.0, 2.0}
+
+    for bad, fragment in [
+        ({"route": ["m"]}, "--route takes name=target:weight"),
+        ({"route": ["m=stable:lots"]}, "'lots' is not a number"),
+        ({"route": ["other=1:1"]}, "--route names models that are not served: ['other']"),
+        ({"swap_policy": "fastest"}, "--swap_policy must be one of"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(fragment)):
+            ServerConfig.from_flags(model_config_file=str(config_file), **bad)
+
+
+FACTORY_MODULE = """
+import keras
+
+
+def build():
+    x = keras.Input((3,), name="features")
+    return keras.Model(x, keras.layers.Dense(2)(x))
+"""
+
+
+def test_versions_of_checkpoints_are_served_with_a_model_factory(tmp_path, monkeypatch):
+    (tmp_path / "served_architecture.py").write_text(FACTORY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from served_architecture import build
+
+    with lc.LifecycleSession(name="publish"):
+        model = lc.manage(build())
+        model.layers[-1].bias.assign([7.0, 7.0])
+        model.checkpoints(tmp_path / "m" / "1").save()
+        model.dispose()
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_name="m",
+        model_base_path=str(tmp_path / "m"),
+        model_factory=["served_architecture:build"],
+    )
+    assert config.models[0].factory is build
+    with client_of("factory", config) as client:
+        assert client.post("/v1/models/m:predict", json=ROW).json() == {"predictions": [[7.0, 7.0]]}
+
+    for spec, fragment in [
+        ("served_architecture", "--model_factory takes module:function"),
+        ("no_such_module:build", "cannot import 'no_such_module'"),
+        ("served_architecture:nothing", "has no function 'nothing'"),
+        ("other=served_architecture:build", "no served model is named 'other'"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(fragment)):
+            ServerConfig.from_flags(model_base_path=str(tmp_path / "m"), model_factory=[spec])

@@ -374,14 +374,14 @@ def test_reload_config_adds_and_drops_models_and_polling_follows(tmp_path):
         time.sleep(0.5)  # several polls: the dropped model stays dropped
         assert {s.name for s in registry.status()} == {"b", "c"}
 
-        # A labelled model cannot be dropped: refused whole, nothing changes.
+        # A labelled model is dropped with its labels, as TensorFlow Serving does.
+        models.HandleReloadConfigRequest(
+            reload_request(f"model_config_list {{ {b} }}"), timeout=TIMEOUT
+        )
+        wait_until(lambda: {s.name for s in registry.status()} == {"b"}, "c retired")
         with pytest.raises(grpc.RpcError) as caught:
-            models.HandleReloadConfigRequest(
-                reload_request(f"model_config_list {{ {b} }}"), timeout=TIMEOUT
-            )
-        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        assert "Cannot drop ['c']: labels point to versions" in caught.value.details()
-        assert answer("c") == [[3.0, 3.0]]
+            predictions.Predict(predict_request("c", ZEROS, label="stable"), timeout=TIMEOUT)
+        assert caught.value.code() is grpc.StatusCode.NOT_FOUND
 
 
 @pytest.mark.parametrize(

@@ -291,6 +291,7 @@ class ModelRegistry:
 
         with self._administering():
             self._table.check_open()
+            self._watcher.release(name, version)
             self._table.begin_load(name, version)
             evicted: list[LoadedVersion] = []
             try:
@@ -573,6 +574,10 @@ class ModelRegistry:
     def unload(self, name: str, version: int, *, wait: bool = False) -> None:
         """Retire a version: no new leases; disposed once its leases drain.
 
+        An unload holds: if ``name`` is watched, its scans do not load this
+        version again until :meth:`load` loads it by hand (or the model is
+        watched anew).
+
         Args:
             name: The model.
             version: The version to retire.
@@ -584,6 +589,7 @@ class ModelRegistry:
                 label or route points to it: re-point them first.
         """
         loaded = self._table.check_unloadable(name, version)
+        self._watcher.hold(name, version)
         self._retirement.retire(loaded, wait=wait)
 
     # -- version directories ---------------------------------------------------------
@@ -612,8 +618,14 @@ class ModelRegistry:
         wants and does not have yet (a SavedModel or archive as :meth:`load`
         does; for checkpoints the factory builds the model and the version's
         latest checkpoint is restored into it), makes the newest wanted
-        version the default, and retires the versions this watch loaded that
-        left the policy, through the normal drain.
+        version the default when it loaded one (a default chosen with
+        :meth:`promote`, a rollback say, stays until a newer version arrives),
+        and retires the versions this watch loaded that left the policy,
+        through the normal drain. A version unloaded by hand
+        (:meth:`unload`) stays unloaded, and a version that failed to load is
+        not tried again until a file in its directory changes: polling never
+        loads a broken version at every interval. Failed loads and failed
+        polls are logged (logger ``lifecycle.registry``), once each.
 
         Args:
             name: The model's name.

@@ -7,10 +7,15 @@ loaded. A scan loads the versions the policy wants and lacks, makes the newest
 the default, and retires the versions it loaded that left the policy. With a
 poll interval, a thread of the watch's own scans repeatedly (TensorFlow
 Serving's file-system polling).
+
+Two things a scan leaves alone: a version unloaded by hand (it is *held* until
+loaded by hand again), and a version whose load failed, until its directory
+changes, so that polling does not load a broken version at every interval.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -34,6 +39,23 @@ from ._version_dirs import VersionPolicy, available_versions, version_source
 
 __all__ = ["ScanReport", "Watch", "Watcher"]
 
+_log = logging.getLogger("lifecycle.registry")
+
+
+def fingerprint(directory: str) -> tuple[int, int, int]:
+    """``(files, bytes, newest mtime in ns)`` under ``directory``: changes when a file does."""
+    files = size = newest = 0
+    for root, _, names in os.walk(directory):
+        for name in names:
+            try:
+                stat = os.stat(os.path.join(root, name))
+            except OSError:  # removed meanwhile: the next scan sees the change
+                continue
+            files += 1
+            size += stat.st_size
+            newest = max(newest, stat.st_mtime_ns)
+    return files, size, newest
+
 
 @attrs.frozen
 class ScanReport:
@@ -45,9 +67,13 @@ class ScanReport:
         wanted: Versions the policy serves, ascending.
         loaded: Versions loaded by this scan.
         retired: Versions retired by this scan (they drain, then go).
-        failed: ``(version, error message)`` for versions that did not load;
-            the next scan tries them again.
+        failed: ``(version, error message)`` for versions that did not load,
+            by this scan or an earlier one: a version that failed is tried
+            again once a file in its directory changes (or the model is
+            watched anew), not at every scan.
         default: The model's default version after the scan.
+        held: Versions the policy wants that were unloaded by hand: no scan
+            loads them until they are loaded by hand again.
     """
 
     name: str
@@ -57,6 +83,7 @@ class ScanReport:
     retired: tuple[int, ...]
     failed: tuple[tuple[int, str], ...]
     default: int | None
+    held: tuple[int, ...] = ()
 
 
 @attrs.define(eq=False)
@@ -73,6 +100,11 @@ class Watch:
     batching: BatchingPolicy | None = None
     # Versions this watch loaded and still serves.
     served: set[int] = attrs.field(factory=set)
+    # Versions unloaded by hand: scans leave them alone until loaded by hand.
+    held: set[int] = attrs.field(factory=set)
+    # version -> (its directory's fingerprint, the error): loads that failed,
+    # not tried again while the directory stays the same.
+    failures: dict[int, tuple[tuple[int, int, int], str]] = attrs.field(factory=dict)
     last: ScanReport | None = None
     last_error: str | None = None
     stop: threading.Event = attrs.field(factory=threading.Event)
@@ -114,6 +146,9 @@ class Watcher:
         self._load = load
         self._swap_policy = swap_policy
         self._watches: dict[str, Watch] = {}
+        # Guards each watch's `held` and `served` against unloads, which do
+        # not take the admin lock that scans hold.
+        self._holding = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._watches)
@@ -161,6 +196,25 @@ class Watcher:
         del self._watches[name]
         return watch
 
+    def hold(self, name: str, version: int) -> None:
+        """Keep scans of ``name`` from loading ``version`` again (an unload by hand).
+
+        Safe without the admin lock: an unload does not take it.
+        """
+        watch = self._watches.get(name)
+        if watch is not None:
+            with self._holding:
+                watch.held.add(version)
+                watch.served.discard(version)
+
+    def release(self, name: str, version: int) -> None:
+        """Let scans of ``name`` manage ``version`` again (a load by hand)."""
+        watch = self._watches.get(name)
+        if watch is not None:
+            with self._holding:
+                watch.held.discard(version)
+                watch.failures.pop(version, None)
+
     def halt_all(self) -> None:
         """Stop every polling thread, waiting for scans in progress."""
         for watch in list(self._watches.values()):
@@ -175,12 +229,15 @@ class Watcher:
         while not watch.stop.wait(watch.poll_interval):
             try:
                 self.scan(name)
-            except (UnknownModelError, LifecycleError) as error:
-                if self._table.closed or self._watches.get(name) is not watch:
-                    return  # unwatched or closed meanwhile
-                watch.last_error = f"{type(error).__name__}: {error}"
             except Exception as error:  # keep polling: the next scan may succeed
-                watch.last_error = f"{type(error).__name__}: {error}"
+                if isinstance(error, (UnknownModelError, LifecycleError)) and (
+                    self._table.closed or self._watches.get(name) is not watch
+                ):
+                    return  # unwatched or closed meanwhile
+                message = f"{type(error).__name__}: {error}"
+                if message != watch.last_error:  # once, not at every interval
+                    _log.warning("Polling %r under %r failed: %s", name, watch.base, message)
+                watch.last_error = message
 
     def scan(self, name: str) -> ScanReport:
         """Bring ``name``'s loaded versions in line with its base path (see ``ModelRegistry.scan``).
@@ -193,22 +250,46 @@ class Watcher:
         available = available_versions(watch.base)
         wanted = watch.policy.select(available)
         present = self._table.present(name)
-        # A version unloaded by hand is the registry's business, not ours.
-        watch.served &= present
+        with self._holding:
+            # Evicted under a budget, say: the version is no longer this watch's.
+            watch.served &= present
+            held = wanted & watch.held
         leaving = sorted(watch.served - wanted)
         retired: list[int] = []
         if self._swap_policy is SwapPolicy.RESOURCE_PRESERVING:
             retired += self._retire_leaving(name, watch, leaving, wanted)
         loaded, failed = [], []
-        for version in sorted(wanted - present):
+        for version in sorted(wanted - present - held):
+            directory = os.path.join(watch.base, str(version))
+            seen = fingerprint(directory)
+            earlier = watch.failures.get(version)
+            if earlier is not None and earlier[0] == seen:
+                failed.append((version, earlier[1]))
+                continue
             try:
                 self._load_version(name, version, watch)
             except (LoadError, CheckpointError, BudgetExceededError) as error:
-                failed.append((version, f"{type(error).__name__}: {error}"))
+                message = f"{type(error).__name__}: {error}"
+                failed.append((version, message))
+                if not isinstance(error, BudgetExceededError):  # room may be made later
+                    watch.failures[version] = (seen, message)
+                    _log.warning(
+                        "%r version %d failed to load from %r; it is tried again once its "
+                        "directory changes. %s",
+                        name,
+                        version,
+                        directory,
+                        message,
+                    )
             else:
+                watch.failures.pop(version, None)
                 loaded.append(version)
-                watch.served.add(version)
-        self._table.promote_newest(name, wanted)
+                with self._holding:
+                    watch.served.add(version)
+        default = self._table.default(name)
+        if loaded or default is None or default not in wanted:
+            # A default promoted by hand (a rollback) stays until a newer version arrives.
+            self._table.promote_newest(name, wanted)
         ready_wanted = wanted & set(self._table.ready(name))
         if self._swap_policy is SwapPolicy.AVAILABILITY_PRESERVING and ready_wanted:
             # Only once a wanted version serves: if every new one failed, the
@@ -222,6 +303,7 @@ class Watcher:
             retired=tuple(retired),
             failed=tuple(failed),
             default=self._table.default(name),
+            held=tuple(sorted(held)),
         )
         watch.last_error = None
         return watch.last

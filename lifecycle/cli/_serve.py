@@ -10,6 +10,7 @@ imported only when the command runs, so ``--help`` answers at once.
 # at run time.
 import os
 import sys
+from typing import Annotated
 
 import typer
 
@@ -57,10 +58,35 @@ def serve(
         10.0, "--drain_seconds", help="On SIGTERM/SIGINT, seconds requests in flight may take."
     ),
     file_system_poll_wait_seconds: float = typer.Option(
-        0.0,
+        1.0,
         "--file_system_poll_wait_seconds",
         help="Look for new versions under the base paths this often; 0: only at start-up.",
     ),
+    model_factory: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model_factory",
+            metavar="[NAME=]MODULE:FUNCTION",
+            help="[NAME=]module:function building the model's architecture, for version "
+            "directories of checkpoints (repeat for several models). The current "
+            "directory is importable.",
+        ),
+    ] = None,
+    swap_policy: str = typer.Option(
+        "availability_preserving",
+        "--swap_policy",
+        help="availability_preserving: a new version loads before the old one goes; "
+        "resource_preserving: after (never both in memory).",
+    ),
+    route: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--route",
+            metavar="NAME=TARGET:WEIGHT,...",
+            help="Weighted A/B route set at start-up: NAME=TARGET:WEIGHT,TARGET:WEIGHT "
+            "(a target is a label or a version; repeat for several models).",
+        ),
+    ] = None,
     admin_token: str = typer.Option(
         None,
         "--admin_token",
@@ -86,6 +112,8 @@ def serve(
         # (docs/registry.md).
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     import_library()
+    if model_factory and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does: factories of the project
     try:
         from lifecycle.server import ServerConfig
         from lifecycle.server import serve as run
@@ -111,6 +139,9 @@ def serve(
             admin_api=not no_admin_api,
             admin_token=admin_token,
             sticky_key_header=sticky_key_header,
+            model_factory=model_factory or (),
+            swap_policy=swap_policy,
+            route=route or (),
         )
     except (ValueError, FileNotFoundError) as error:
         console().print(f"lifecycle serve: {error}", markup=False)

@@ -215,6 +215,7 @@ def serve(config: ServerConfig) -> None:
         loader_nice=config.loader_nice,
         loader_gil_share=config.loader_gil_share,
         freeze_heap=config.freeze_heap,
+        swap_policy=config.swap_policy,
         name="server",
     )
     service = ModelService(registry, config)

@@ -9,16 +9,18 @@ with its generated code, so a file written for TensorFlow Serving works as is.
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
-from .._registry import VersionPolicy
+from .._registry import SwapPolicy, VersionPolicy
 
-__all__ = ["ADMIN_TOKEN_ENV", "ServedModel", "ServerConfig", "served_models"]
+__all__ = ["ADMIN_TOKEN_ENV", "ServedModel", "ServerConfig", "import_factory", "served_models"]
 
 # TensorFlow Serving's own label syntax.
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -47,19 +49,24 @@ def is_loopback(host: str) -> bool:
 class ServedModel:
     """A model the server loads at start-up from a base path of version directories.
 
-    Each version is ``<base_path>/<version>/`` holding a SavedModel or one ``.keras`` file.
+    Each version is ``<base_path>/<version>/`` holding a SavedModel, one
+    ``.keras`` file, or checkpoints (which need ``factory``).
 
     Attributes:
         name: The model's name in every protocol.
         base_path: The directory of version directories (absolute).
         policy: Which versions to serve; the latest one by default.
         labels: ``{label: version}``, TensorFlow Serving's ``version_labels``.
+        factory: Builds the model's architecture, for versions of checkpoints
+            (``--model_factory``); ``None``: every version is a SavedModel or
+            a ``.keras`` archive.
     """
 
     name: str
     base_path: str
     policy: VersionPolicy = attrs.field(factory=VersionPolicy.latest)
     labels: Mapping[str, int] = attrs.field(factory=dict, converter=lambda d: dict(d))
+    factory: Callable[[], Any] | None = attrs.field(default=None, eq=False)
 
     def __attrs_post_init__(self) -> None:
         for label in self.labels:
@@ -123,8 +130,9 @@ class ServerConfig:
         drain_seconds: On SIGTERM/SIGINT, how long requests in flight may take
             to finish, and leases to drain, before the process exits.
         file_system_poll_wait_seconds: How often to look for new versions under
-            the base paths (``--file_system_poll_wait_seconds``); 0: only at
-            start-up and on a repository load request.
+            the base paths (``--file_system_poll_wait_seconds``; every second
+            by default, as in TensorFlow Serving); 0: only at start-up and on
+            a repository load request.
         loader_nice: The registry's ``loader_nice`` (Linux): loads yield the
             cores to requests. ``None`` elsewhere.
         loader_gil_share: The registry's ``loader_gil_share``.
@@ -138,6 +146,11 @@ class ServerConfig:
             is loopback.
         sticky_key_header: The request header whose value is a request's
             sticky routing key (``--sticky_key_header``).
+        swap_policy: The registry's swap policy (``--swap_policy``): whether a
+            new version loads before the old one goes (the default) or after.
+        routes: ``{model: {target: weight}}``, weighted routes set once the
+            models are loaded (``--route``); a target is a label (str) or a
+            version (int).
 
     Example:
         >>> from lifecycle.server import ServerConfig
@@ -162,7 +175,7 @@ class ServerConfig:
     )
     drain_seconds: float = attrs.field(default=10.0, validator=_positive("--drain_seconds"))
     file_system_poll_wait_seconds: float = attrs.field(
-        default=0.0, validator=_non_negative("--file_system_poll_wait_seconds")
+        default=1.0, validator=_non_negative("--file_system_poll_wait_seconds")
     )
     loader_nice: int | None = 10 if sys.platform.startswith("linux") else None
     loader_gil_share: float = 0.5
@@ -172,12 +185,21 @@ class ServerConfig:
     # Never in repr(): configs get logged.
     admin_token: str | None = attrs.field(default=None, repr=False)
     sticky_key_header: str = "X-Lifecycle-Key"
+    swap_policy: SwapPolicy = attrs.field(
+        default=SwapPolicy.AVAILABILITY_PRESERVING, converter=lambda p: _swap_policy(p)
+    )
+    routes: Mapping[str, Mapping[str | int, float]] = attrs.field(
+        factory=dict, converter=lambda d: {name: dict(w) for name, w in dict(d).items()}
+    )
 
     def __attrs_post_init__(self) -> None:
         names = [model.name for model in self.models]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ValueError(f"--model_config_file names {twice} more than once.")
+        unknown = sorted(set(self.routes) - set(names))
+        if unknown:
+            raise ValueError(f"--route names models that are not served: {unknown}")
         if self.admin_token is not None and (
             not self.admin_token or not self.admin_token.isprintable() or " " in self.admin_token
         ):
@@ -213,10 +235,13 @@ class ServerConfig:
         max_loaded: int | None = None,
         max_request_bytes: int = 64 * 2**20,
         drain_seconds: float = 10.0,
-        file_system_poll_wait_seconds: float = 0.0,
+        file_system_poll_wait_seconds: float = 1.0,
         admin_api: bool = True,
         admin_token: str | None = None,
         sticky_key_header: str = "X-Lifecycle-Key",
+        model_factory: Sequence[str] = (),
+        swap_policy: str | SwapPolicy = SwapPolicy.AVAILABILITY_PRESERVING,
+        route: Sequence[str] = (),
     ) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
@@ -225,6 +250,12 @@ class ServerConfig:
         empty server that models are loaded into through the repository API).
         Without ``admin_token``, the token is read from the
         ``LIFECYCLE_ADMIN_TOKEN`` environment variable, if set.
+
+        ``model_factory`` entries are ``module:function`` (for the model of
+        ``model_name``) or ``name=module:function``: the function builds the
+        model's architecture, for version directories that hold checkpoints.
+        ``route`` entries are ``name=target:weight,target:weight``, a target
+        being a label or a version number (``risk=stable:90,canary:10``).
 
         Raises:
             ValueError: A flag is out of range, both model flags are given, or
@@ -242,6 +273,7 @@ class ServerConfig:
             models = (ServedModel(model_name or "default", _base_path(model_base_path)),)
         elif model_name is not None:
             raise ValueError("--model_name needs --model_base_path.")
+        models = _with_factories(models, model_factory)
         return cls(
             models=models,
             rest_api_port=rest_api_port,
@@ -256,7 +288,88 @@ class ServerConfig:
             admin_api=admin_api,
             admin_token=admin_token if admin_token is not None else _env_token(),
             sticky_key_header=sticky_key_header,
+            swap_policy=swap_policy,
+            routes=dict(_route(spec) for spec in route),
         )
+
+
+def _swap_policy(value: str | SwapPolicy) -> SwapPolicy:
+    if isinstance(value, SwapPolicy):
+        return value
+    choices = [p.value for p in SwapPolicy]
+    if isinstance(value, str) and value.lower() in choices:
+        return SwapPolicy(value.lower())
+    raise ValueError(f"--swap_policy must be one of {choices}. Received: {value!r}")
+
+
+def _route(spec: str) -> tuple[str, dict[str | int, float]]:
+    """``(model, {target: weight})`` of a ``--route`` value such as ``risk=stable:90,canary:10``."""
+    usage = f"--route takes name=target:weight,target:weight... Received: {spec!r}"
+    name, sep, targets = spec.partition("=")
+    if not sep or not name or not targets:
+        raise ValueError(usage)
+    weights: dict[str | int, float] = {}
+    for part in targets.split(","):
+        target, sep, weight = part.strip().rpartition(":")
+        if not sep or not target:
+            raise ValueError(usage)
+        try:
+            value = float(weight)
+        except ValueError:
+            raise ValueError(f"{usage} ({weight!r} is not a number)") from None
+        weights[int(target) if target.isdigit() else target] = value
+    return name.strip(), weights
+
+
+def _with_factories(
+    models: tuple[ServedModel, ...], specs: Sequence[str]
+) -> tuple[ServedModel, ...]:
+    """``models`` with the factories of ``--model_factory`` values, imported now."""
+    if not specs:
+        return models
+    by_name = {model.name: model for model in models}
+    for spec in specs:
+        name, sep, target = spec.rpartition("=")
+        if not sep:
+            if len(models) != 1:
+                raise ValueError(
+                    f"--model_factory {spec!r}: with several models, name the model "
+                    "(name=module:function)."
+                )
+            name = models[0].name
+        if name not in by_name:
+            raise ValueError(
+                f"--model_factory {spec!r}: no served model is named {name!r}. "
+                f"Served: {sorted(by_name)}"
+            )
+        by_name[name] = attrs.evolve(by_name[name], factory=import_factory(target))
+    return tuple(by_name[model.name] for model in models)
+
+
+def import_factory(target: str) -> Callable[[], Any]:
+    """The function ``module:function`` names, imported.
+
+    Raises:
+        ValueError: ``target`` is malformed, or names nothing callable; the
+            message says which.
+    """
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"--model_factory takes module:function. Received: {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(
+            f"--model_factory {target!r}: cannot import {module_name!r}: {error}"
+        ) from None
+    function: Any = module
+    for part in attribute.split("."):
+        function = getattr(function, part, None)
+    if not callable(function):
+        raise ValueError(
+            f"--model_factory {target!r}: {module_name!r} has no function {attribute!r}."
+        )
+    return function
 
 
 def _env_token() -> str | None:

@@ -7,8 +7,8 @@ may run a model or load one): adapters call it on a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,43 +21,25 @@ from .._registry import (
     ServingSignature,
     VersionState,
     VersionStatus,
-    version_source,
 )
-from ..errors import UnknownModelError
+from ..errors import LoadError, UnknownModelError
 from ._config import _LABEL_CHARS, ServedModel, ServerConfig
 
-__all__ = ["ModelService", "served_versions"]
+__all__ = ["ModelService"]
 
 _log = logging.getLogger("lifecycle.server")
-
-
-def served_versions(base_path: str) -> dict[int, str]:
-    """``{version: source}`` of the complete version directories under ``base_path``.
-
-    A version is ``<base_path>/<version>/`` holding a SavedModel (the source is
-    the directory) or one ``.keras`` archive (the source is the file), as the
-    registry reads them (``version_source``): a directory still being written,
-    or named otherwise than by an integer, is skipped. Checkpoint-only versions
-    need a factory, which a server has not, and are skipped too.
-
-    Raises:
-        FileNotFoundError: ``base_path`` is not a directory.
-    """
-    if not os.path.isdir(base_path):
-        raise FileNotFoundError(f"Base path {base_path!r} is not a directory.")
-    found = {}
-    for entry in os.scandir(base_path):
-        if not (entry.is_dir() and entry.name.isdigit()):
-            continue
-        source = version_source(entry.path)
-        if source is not None and source.kind in ("saved_model", "keras"):
-            found[int(entry.name)] = source.path
-    return found
 
 
 @attrs.define(eq=False)
 class ModelService:
     """What the server does, in the registry's terms.
+
+    Each configured model is a base path the registry watches
+    (:meth:`ModelRegistry.watch`), polled every
+    ``config.file_system_poll_wait_seconds``: the registry loads, promotes and
+    retires its versions. A repository unload stops watching the model and
+    retires its versions, so polling leaves it alone until a repository load
+    watches it again.
 
     Args:
         registry: The registry that holds and runs the versions; the service
@@ -70,16 +52,10 @@ class ModelService:
     config: ServerConfig
     # Set once the configured models are loaded and warmed up.
     _ready: threading.Event = attrs.field(factory=threading.Event, init=False)
-    # Serialises loads and unloads of configured models (requests, the poller).
+    # Serialises the service's loads, unloads and reloads.
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    # Models unloaded through the repository API: polling leaves them alone
-    # until a repository load.
-    _unloaded: set[str] = attrs.field(factory=set, init=False)
-    # (source, its mtime) of versions whose load failed: not retried by
-    # polling until the file changes.
-    _failed: set[tuple[str, float]] = attrs.field(factory=set, init=False)
-    _stop: threading.Event = attrs.field(factory=threading.Event, init=False)
-    _poller: threading.Thread | None = attrs.field(default=None, init=False)
+    # The configured models the registry watches for us.
+    _watched: set[str] = attrs.field(factory=set, init=False)
 
     @property
     def ready(self) -> bool:
@@ -87,43 +63,25 @@ class ModelService:
         return self._ready.is_set()
 
     def start(self) -> None:
-        """Load every configured model, then report ready.
+        """Load every configured model, set the routes, then report ready.
 
         Raises:
-            FileNotFoundError: A base path vanished.
+            FileNotFoundError: A model's base path has no version its policy serves.
             LoadError, BudgetExceededError: A version failed to load.
+            CheckpointError: A base path vanished.
         """
-        for model in self.config.models:
-            with self._lock:
-                self._load_model(model)
+        with self._lock:
+            for model in self.config.models:
+                self._watch(model, strict=True)
+            for name, weights in self.config.routes.items():
+                self.registry.route(name, weights)
         self._ready.set()
-        if self.config.file_system_poll_wait_seconds > 0:  # a reload may add models
-            self._poller = threading.Thread(
-                target=self._poll, name="lifecycle-server-poller", daemon=True
-            )
-            self._poller.start()
 
     def stop(self) -> None:
-        """Stop polling the base paths (waits for a poll in progress). Safe to call twice."""
-        self._stop.set()
-        if self._poller is not None:
-            self._poller.join()
-
-    def _poll(self) -> None:
-        """Every ``file_system_poll_wait_seconds``, bring each model in line with its base path."""
-        while not self._stop.wait(self.config.file_system_poll_wait_seconds):
-            for model in self.config.models:
-                with self._lock:
-                    if (
-                        self._stop.is_set()
-                        or model.name in self._unloaded
-                        or model not in self.config.models  # dropped by a reload
-                    ):
-                        continue
-                    try:
-                        self._load_model(model, polling=True)
-                    except Exception:
-                        _log.exception("Polling %r under %r failed", model.name, model.base_path)
+        """Stop polling the base paths (waits for a scan in progress). Safe to call twice."""
+        with self._lock:
+            for name in list(self._watched):
+                self._unwatch(name)
 
     # -- status and metadata ------------------------------------------------------
 
@@ -256,19 +214,21 @@ class ModelService:
         return rows
 
     def load(self, name: str) -> None:
-        """Bring a configured model in line with its base path and version policy.
+        """Watch a configured model's base path again: load what its policy serves.
 
-        Loads the versions the policy wants and are not loaded yet, makes the
-        newest the default, and retires the versions that left the policy.
+        Loads the versions the policy wants, makes the newest the default, sets
+        the configured labels, and polls the base path again. Versions that
+        failed before are tried again.
 
         Raises:
             UnknownModelError: ``name`` is not in the server's configuration.
+            LoadError, BudgetExceededError: A version failed to load (those
+                that loaded serve).
         """
         for model in self.config.models:
             if model.name == name:
                 with self._lock:
-                    self._unloaded.discard(name)
-                    self._load_model(model)
+                    self._watch(model, strict=False)
                 return
         raise UnknownModelError(
             f"Model {name!r} is not in the server's configuration: "
@@ -276,98 +236,130 @@ class ModelService:
         )
 
     def unload(self, name: str) -> None:
-        """Retire every version of ``name``: the default last.
+        """Stop watching ``name`` and retire every version: its labels and route go too.
+
+        Polling leaves the model alone until :meth:`load`.
 
         Raises:
             UnknownModelError: ``name`` is not loaded.
-            ValueError: A label points to a version (re-point or restart first).
         """
         with self._lock:
-            statuses = self.versions(name)
-            for status in sorted(statuses, key=lambda s: s.default):
-                if status.state is VersionState.READY:
-                    self.registry.unload(name, status.version)
-            self._unloaded.add(name)
+            self.versions(name)  # UnknownModelError if nothing is loaded
+            self._unwatch(name)
+            self._retire(name)
 
     def reload(self, models: Sequence[ServedModel]) -> None:
         """Serve ``models`` instead of the configured ones, as TensorFlow Serving's reload does.
 
-        Models no longer listed are unloaded (every version retired); listed
-        ones are brought in line with their base path, policy and labels, and
-        become the configuration. Models loaded into the registry by other
-        means are left alone.
+        Models no longer listed are unloaded (every version retired, its labels
+        and route removed); listed ones are watched with their base path,
+        policy and labels, and become the configuration. Models loaded into
+        the registry by other means are left alone.
 
         Raises:
-            ValueError: A model to drop has a version a label points to (the
-                registry cannot remove labels); nothing is changed then.
             FileNotFoundError, LoadError, BudgetExceededError: A listed model
                 failed to load; the new configuration stands, and the models
                 listed before it in ``models`` are served.
         """
         with self._lock:
-            listed = {model.name for model in models}
-            dropped = [m.name for m in self.config.models if m.name not in listed]
-            labelled = {
-                name: [s.version for s in self._statuses(name) if s.labels] for name in dropped
-            }
-            labelled = {name: versions for name, versions in labelled.items() if versions}
-            if labelled:
-                raise ValueError(
-                    f"Cannot drop {sorted(labelled)}: labels point to versions {labelled}. "
-                    "Keep these models in the config."
-                )
+            listed = {model.name: model for model in models}
+            previous = {model.name: model for model in self.config.models}
             self.config = attrs.evolve(self.config, models=tuple(models))
-            for name in dropped:
-                for status in sorted(self._statuses(name), key=lambda s: s.default):
-                    if status.state is VersionState.READY:
-                        self.registry.unload(name, status.version)
-                self._unloaded.discard(name)
+            for name in previous.keys() - listed.keys():
+                self._unwatch(name)
+                self._retire(name)
             for model in models:
-                self._unloaded.discard(model.name)
-                self._load_model(model)
-                for label, version in model.labels.items():
-                    self.registry.set_label(model.name, label, version)
+                before = previous.get(model.name)
+                if (
+                    before is not None
+                    and model.name in self._watched
+                    and (before.base_path, before.policy) == (model.base_path, model.policy)
+                ):
+                    self._set_labels(model)  # same versions: only the labels may change
+                else:
+                    self._watch(model, strict=False)
 
-    def _load_model(self, model: ServedModel, *, polling: bool = False) -> None:
-        """Load what the policy wants, promote the newest, retire what left it.
+    def _watch(self, model: ServedModel, *, strict: bool) -> None:
+        """Have the registry watch ``model``'s base path (anew), and set its labels.
 
-        Polling skips versions whose file failed to load before (until it
-        changes) and keeps serving what it has when a load fails.
+        Versions loaded before that the new policy does not serve are retired.
+
+        Args:
+            model: The configured model.
+            strict: Any failed version is an error (at start-up); otherwise
+                only when the model ends up with no version to serve.
         """
-        files = served_versions(model.base_path)
-        if polling:
-            files = {v: f for v, f in files.items() if (f, os.path.getmtime(f)) not in self._failed}
-        present = {s.version for s in self._statuses(model.name)}
-        wanted = sorted(model.policy.select(files))
-        if not wanted and polling:
-            return
-        if not wanted:
+        self._unwatch(model.name)
+        interval = self.config.file_system_poll_wait_seconds
+        report = self.registry.watch(
+            model.name,
+            model.base_path,
+            model.factory,
+            policy=model.policy,
+            poll_interval=interval or None,
+        )
+        self._watched.add(model.name)
+        if not report.wanted:
+            self._unwatch(model.name)
             raise FileNotFoundError(
                 f"Model {model.name!r}: no version directory under {model.base_path!r} "
-                "holds a SavedModel or a .keras file that its version policy serves."
+                "holds a version its policy serves."
             )
-        stray = {lb: v for lb, v in model.labels.items() if v not in wanted}
+        failed = dict(report.failed)
+        if failed and (strict or report.default is None):
+            if report.default is None:
+                self._unwatch(model.name)
+            version, message = next(iter(failed.items()))
+            raise LoadError(f"Loading {model.name!r} version {version} failed: {message}")
+        if report.default not in report.wanted:  # the policy changed: its newest serves
+            ready = [
+                s.version
+                for s in self._statuses(model.name)
+                if s.version in report.wanted and s.state is VersionState.READY
+            ]
+            if ready:
+                self.registry.promote(model.name, max(ready))
+        leftover = [s.version for s in self._statuses(model.name) if s.version not in report.wanted]
+        self._retire(model.name, leftover)
+        self._set_labels(model)
+
+    def _set_labels(self, model: ServedModel) -> None:
+        """Point ``model``'s configured labels at their versions.
+
+        Raises:
+            ValueError: A label points to a version that is not served.
+        """
+        served = {s.version for s in self._statuses(model.name) if s.state is VersionState.READY}
+        stray = {label: v for label, v in model.labels.items() if v not in served}
         if stray:
             raise ValueError(
                 f"Model {model.name!r}: labels {stray} point to versions not served "
-                f"(served: {wanted})."
+                f"(served: {sorted(served)})."
             )
-        loaded = False
-        for version in wanted:
-            if version not in present:
-                labels = [lb for lb, v in model.labels.items() if v == version]
-                try:
-                    self.registry.load(model.name, version, files[version], labels=labels)
-                except Exception:
-                    self._failed.add((files[version], os.path.getmtime(files[version])))
-                    raise
-                loaded = True
-        # A poll that found nothing new keeps the default an admin call chose.
-        default = next((s.version for s in self._statuses(model.name) if s.default), None)
-        if not polling or loaded or default not in wanted:
-            self.registry.promote(model.name, wanted[-1])
-        for version in present - set(wanted):  # left the policy: drained, then disposed
-            self.registry.unload(model.name, version)
+        for label, version in model.labels.items():
+            self.registry.set_label(model.name, label, version)
+
+    def _unwatch(self, name: str) -> None:
+        if name in self._watched:
+            self._watched.discard(name)
+            with contextlib.suppress(UnknownModelError):  # the registry closed or unwatched it
+                self.registry.unwatch(name)
+
+    def _retire(self, name: str, versions: Sequence[int] | None = None) -> None:
+        """Retire ``name``'s ready versions (all, or ``versions``), dropping what pins them.
+
+        Labels on them are removed, and the route if it goes through one; the
+        default goes last, since a default with others ready cannot be unloaded.
+        """
+        statuses = [s for s in self._statuses(name) if s.state is VersionState.READY]
+        if versions is not None:
+            statuses = [s for s in statuses if s.version in versions]
+        if any(s.labels or s.weight is not None for s in statuses):
+            self.registry.route(name, None)
+        for status in sorted(statuses, key=lambda s: s.default):
+            for label in status.labels:
+                self.registry.remove_label(name, label)
+            self.registry.unload(name, status.version)
 
     def _statuses(self, name: str) -> tuple[VersionStatus, ...]:
         try:
