@@ -1,14 +1,15 @@
 """Adaptive request batching: concurrent calls merged into one, without a batching thread.
 
 The callers themselves run the batches (leader/follower). A call that finds
-nothing running leads: it takes the queued requests that fit one batch (its
-own first), runs them with one call of the batch function, hands each its
-result, and passes the lead to the oldest request still queued. Calls that
-arrive while a batch runs wait in the queue and go together in the next one.
-So a lone caller runs at once on its own thread, and batches grow with the
-load: under N concurrent callers each batch holds about the requests that
-arrived during the previous one. ``batch_timeout_micros`` can add a wait for
-fuller batches (TensorFlow Serving's knob); by default there is none.
+fewer than ``num_batch_threads`` batches running leads: it takes the queued
+requests that fit one batch (its own first), runs them with one call of the
+batch function, hands each its result, and passes the lead to the oldest
+request still queued. Calls that arrive while every batch slot is busy wait
+in the queue and go together in the next batch. So a lone caller runs at once
+on its own thread, and batches grow with the load: under N concurrent
+callers each batch holds about the requests that arrived while the others
+ran. ``batch_timeout_micros`` can add a wait for fuller batches (TensorFlow
+Serving's knob); by default there is none.
 
 Only requests of one *kind* (their inputs' shapes beyond the batch dimension)
 share a batch; a request of another kind waits for a batch of its own kind. If
@@ -23,6 +24,7 @@ split is the batch function's business.
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 import time
 from collections import Counter, deque
@@ -40,6 +42,14 @@ def _sizes(value: Sequence[int]) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 @attrs.frozen
 class BatchingPolicy:
     """How concurrent requests to one version are merged (TensorFlow Serving's batching parameters).
@@ -55,6 +65,10 @@ class BatchingPolicy:
             first row), ascending, the last equal to ``max_batch_size``; the
             model then only ever sees these few shapes, each warmed up at
             load. Empty (the default): no padding.
+        num_batch_threads: Batches of one version that may run at once
+            (TensorFlow Serving's name), each on the thread of one of its
+            callers; by default the cores this process may use, as in
+            TensorFlow Serving. While they run, the next batch forms.
 
     Raises:
         ValueError: A size is not a positive integer, the allowed sizes are
@@ -69,6 +83,7 @@ class BatchingPolicy:
     max_batch_size: int = 32
     batch_timeout_micros: int = 0
     allowed_batch_sizes: tuple[int, ...] = attrs.field(default=(), converter=_sizes)
+    num_batch_threads: int = attrs.field(factory=lambda: _cores())
 
     def __attrs_post_init__(self) -> None:
         if not is_int(self.max_batch_size) or self.max_batch_size < 1:
@@ -79,6 +94,10 @@ class BatchingPolicy:
             raise ValueError(
                 "`batch_timeout_micros` must be an integer >= 0. "
                 f"Received: {self.batch_timeout_micros!r}"
+            )
+        if not is_int(self.num_batch_threads) or self.num_batch_threads < 1:
+            raise ValueError(
+                f"`num_batch_threads` must be an integer >= 1. Received: {self.num_batch_threads!r}"
             )
         sizes = self.allowed_batch_sizes
         if not sizes:
@@ -174,7 +193,8 @@ class Batcher:
         self._lock = threading.Lock()
         self._arrival = threading.Condition(self._lock)
         self._queue: deque[_Request] = deque()
-        self._running = False
+        # Batches running now, each led by one of its callers.
+        self._leaders = 0
         # Statistics, under the lock.
         self._batches = self._requests = self._rows = self._padded = self._retried = 0
         self._queue_seconds = 0.0
@@ -188,17 +208,17 @@ class Batcher:
         """
         request = _Request(item, rows, kind)
         with self._lock:
-            self._queue.append(request)
-            lead = not self._running
+            lead = self._leaders < self.policy.num_batch_threads
             if lead:
-                self._running = True
+                self._leaders += 1
             else:
+                self._queue.append(request)
                 self._arrival.notify()
         if not lead:
             request.done.wait()
             if not request.lead:
                 return request.outcome()
-        self._lead()
+        self._lead(request)
         return request.outcome()
 
     def statistics(self) -> BatchingStatistics:
@@ -214,25 +234,24 @@ class Batcher:
                 sizes=dict(sorted(self._sizes.items())),
             )
 
-    def _lead(self) -> None:
-        """Run one batch from the head of the queue, then pass the lead on."""
+    def _lead(self, head: _Request) -> None:
+        """Run ``head``'s batch, then pass the lead to the oldest request still queued."""
         try:
             with self._lock:
-                batch = self._take()
+                batch = self._take(head)
             self._serve(batch)
         finally:
             with self._lock:
                 if self._queue:
-                    head = self._queue[0]
-                    head.lead = True
-                    head.done.set()
+                    successor = self._queue.popleft()
+                    successor.lead = True
+                    successor.done.set()
                 else:
-                    self._running = False
+                    self._leaders -= 1
 
-    def _take(self) -> list[_Request]:
-        """Under the lock: the head's batch, waiting up to the timeout to fill it."""
+    def _take(self, head: _Request) -> list[_Request]:
+        """Under the lock: ``head``'s batch, waiting up to the timeout to fill it."""
         limit = self.policy.max_batch_size
-        head = self._queue.popleft()
         batch, rows = [head], head.rows
         deadline = time.perf_counter() + self.policy.batch_timeout_micros / 1e6
         while rows < limit:
