@@ -18,6 +18,8 @@ from ._disposal import DisposeReport as DisposeReport
 from ._model import ManagedModel as ManagedModel
 from ._model import ModelStatistics as ModelStatistics
 from ._model import manage as manage
+from ._registry import BatchingPolicy as BatchingPolicy
+from ._registry import BatchingStatistics as BatchingStatistics
 from ._registry import Inference as Inference
 from ._registry import ModelRegistry as ModelRegistry
 from ._registry import NamedTensorSpec as NamedTensorSpec
@@ -60,6 +62,8 @@ __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
     "DEFAULT_PRESSURE_THRESHOLD",
     "AllocatorSettings",
+    "BatchingPolicy",
+    "BatchingStatistics",
     "BudgetExceededError",
     "CheckpointError",
     "CheckpointKeeper",

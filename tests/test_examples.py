@@ -26,6 +26,7 @@ EXPECTED = {
     "serving_http.py": "after loading version 3: [[3.0, 3.0]]",
     "sweep_keras_tuner.py": "left live",
     "sweep_sklearn.py": "after the search:",
+    "request_batching.py": "requests per batch",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
@@ -41,6 +42,14 @@ def line_matching(pattern: str, out: str) -> re.Match[str]:
     found = re.search(pattern, out, re.MULTILINE)
     assert found, f"no line matches {pattern!r} in:\n{out}"
     return found
+
+
+def every_answer_was_right_and_requests_were_merged(out: str) -> None:
+    for version in (1, 2):
+        line = line_matching(rf"^v{version} \(.*\): (\d+) requests/s, (\d+) wrong$", out)
+        assert int(line[1]) > 0 and line[2] == "0", line[0]
+    merged = line_matching(r"^batches: (\d+), ([\d.]+) requests per batch", out)
+    assert float(merged[2]) > 1.0, merged[0]
 
 
 def user_7_sticks_and_the_split_is_90_10(out: str) -> None:
@@ -100,6 +109,7 @@ CLAIMS: dict[str, Callable[[str], None]] = {
     "ab_loading.py": user_7_sticks_and_the_split_is_90_10,
     "serving.py": every_client_was_refused_after_dispose,
     "hot_swap_serving.py": no_request_failed,
+    "request_batching.py": every_answer_was_right_and_requests_were_merged,
     "serving_http.py": both_protocols_answered_and_bad_input_was_refused,
     "sweep_keras_tuner.py": every_trial_model_was_disposed,
     "sweep_sklearn.py": every_fold_model_was_disposed,

@@ -378,3 +378,17 @@ def test_serving_function_matches_the_model_and_is_guarded():
         lc.serving_function(model)
     with pytest.raises(TypeError, match=r"lc\.manage"):
         lc.serving_function(keras.Sequential([keras.Input((2,))]))
+
+
+def test_a_call_that_does_not_fit_the_signature_leaves_the_function_usable_by_other_threads():
+    """A bare tf.function keeps its lock after such a call: other threads then wait forever."""
+    model = functional()
+    serve = lc.serving_function(model, tf.TensorSpec([None, 8], tf.float32))
+    with pytest.raises(TypeError, match="Binding inputs"):
+        serve(np.zeros((1, 3), "float32"))
+    answers = []
+    other = threading.Thread(target=lambda: answers.append(serve(tf.constant(X))))
+    other.start()
+    other.join(timeout=30)
+    assert not other.is_alive() and answers[0].shape == (len(X), model.output_shape[-1])
+    model.dispose()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -412,3 +413,45 @@ def test_versions_of_checkpoints_are_served_with_a_model_factory(tmp_path, monke
     ]:
         with pytest.raises(ValueError, match=re.escape(fragment)):
             ServerConfig.from_flags(model_base_path=str(tmp_path / "m"), model_factory=[spec])
+
+
+def test_batching_merges_concurrent_requests_and_reports_it(tmp_path):
+    save(constant_model(4.0), tmp_path / "m", 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_name="m",
+        model_base_path=str(tmp_path / "m"),
+        enable_batching=True,
+        max_batch_size=8,
+        allowed_batch_sizes="2,4,8",
+    )
+    assert config.batching == lc.BatchingPolicy(8, 0, (2, 4, 8))
+    with client_of("batching", config) as client:
+        url = str(client.base_url)
+        answers: list[object] = []
+
+        def calls() -> None:
+            with httpx.Client(base_url=url, timeout=30) as own:
+                for _ in range(20):
+                    answers.append(own.post("/v1/models/m:predict", json=ROW).json())
+
+        threads = [threading.Thread(target=calls) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert answers == [{"predictions": [[4.0, 4.0]]}] * 120
+        batching = client.get("/v1/admin/models/m").json()["versions"][0]["batching"]
+        assert batching["requests"] == 120  # every request went through the batcher
+        assert sum(int(size) * n for size, n in batching["sizes"].items()) == 120
+        metrics = client.get("/monitoring/prometheus/metrics").text
+        assert 'lifecycle_version_batch_requests_bucket{le="+Inf"' in metrics
+
+    for flags, fragment in [
+        ({"max_batch_size": 0}, "--max_batch_size must be an integer >= 1"),
+        ({"allowed_batch_sizes": "2,x"}, "--allowed_batch_sizes takes comma-separated"),
+        ({"allowed_batch_sizes": "2,4"}, "must be --max_batch_size (32)"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(fragment)):
+            ServerConfig.from_flags(enable_batching=True, **flags)
+    assert ServerConfig.from_flags(max_batch_size=0).batching is None  # batching off

@@ -3,6 +3,9 @@
 Imports no TensorFlow: its tests run in milliseconds.
 """
 
+from ._batcher import Batcher as Batcher
+from ._batcher import BatchingPolicy as BatchingPolicy
+from ._batcher import BatchingStatistics as BatchingStatistics
 from ._budget import EvictionPlan as EvictionPlan
 from ._budget import Resident as Resident
 from ._budget import plan_eviction as plan_eviction
@@ -38,6 +41,9 @@ __all__ = [
     "LIVE_MODELS",
     "PROCESS",
     "AllocatorSettings",
+    "Batcher",
+    "BatchingPolicy",
+    "BatchingStatistics",
     "CallGate",
     "Cleaner",
     "CleanerStatistics",

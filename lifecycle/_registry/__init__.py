@@ -4,6 +4,8 @@ Start with ``_registry.py`` (the coordinator); each module beside it holds one
 concern, named in its docstring.
 """
 
+from .._core._batcher import BatchingPolicy as BatchingPolicy
+from .._core._batcher import BatchingStatistics as BatchingStatistics
 from ._registry import ModelRegistry as ModelRegistry
 from ._signature import Inference as Inference
 from ._signature import NamedTensorSpec as NamedTensorSpec
@@ -19,6 +21,8 @@ from ._version_dirs import version_source as version_source
 from ._watching import ScanReport as ScanReport
 
 __all__ = [
+    "BatchingPolicy",
+    "BatchingStatistics",
     "Inference",
     "ModelRegistry",
     "NamedTensorSpec",

@@ -22,10 +22,12 @@ import tensorflow as tf
 from .. import _tf
 from .._checkpoints import restore_checkpoint
 from .._core import CleanupStrategy
+from .._core._batcher import BatchingPolicy
 from .._model import manage
 from .._serving import serving_function
 from .._session import LifecycleSession
 from ..errors import CheckpointError, LoadError
+from ._batching import BatchedServe
 from ._signature import signature_of
 from ._version_dirs import is_saved_model
 from ._versions import LoadedVersion
@@ -101,8 +103,12 @@ def build_version(
     warmup: Any,
     checkpoint: str | None,
     strict: bool,
+    batching: BatchingPolicy | None = None,
 ) -> LoadedVersion:
     """Build, restore and warm up a version in a child session of ``parent``.
+
+    With ``batching``, the version serves through a :class:`BatchedServe`,
+    warmed up at each allowed batch size too.
 
     ``warmup`` is a sample input, :class:`WarmupRequests` (replayed in order,
     the serving signature fixed by the first), or ``None`` (zeros shaped like
@@ -152,6 +158,9 @@ def build_version(
             for request in replay or (sample,):
                 serve(request)
             signature = signature_of(serve, _input_names(model))
+            if batching is not None:
+                serve = BatchedServe(serve, batching)
+                serve.warm_up(sample)
     except CheckpointError:
         session.close()
         raise

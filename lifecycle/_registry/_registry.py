@@ -24,6 +24,7 @@ import keras
 from .. import _tf
 from .._checkpoints import latest_checkpoint
 from .._core import (
+    BatchingPolicy,
     Loader,
     check_gil_share,
     check_label,
@@ -184,6 +185,7 @@ class ModelRegistry:
         safe_mode: bool = True,
         checkpoint: str | os.PathLike[str] | None = None,
         strict: bool = True,
+        batching: BatchingPolicy | None = None,
     ) -> VersionStatus:
         """Load a version, isolated and warmed up, and make it routable.
 
@@ -223,6 +225,10 @@ class ModelRegistry:
                 :func:`restore_checkpoint`); an optimizer's values are skipped
                 when the factory's model has none.
             strict: Refuse a checkpoint that does not match the model.
+            batching: Merge concurrent requests to this version into one call
+                of its serving function (:class:`BatchingPolicy`); each caller
+                still holds its own lease and gets exactly its own rows.
+                ``None`` (the default): one call per request.
 
         Returns:
             The new version's :class:`VersionStatus`.
@@ -260,6 +266,8 @@ class ModelRegistry:
             ['output_0']
         """
         name, version = check_model_name(name), check_version(version)
+        if batching is not None and not isinstance(batching, BatchingPolicy):
+            raise TypeError(f"`batching` must be a BatchingPolicy or None. Received: {batching!r}")
         prefix = latest_checkpoint(checkpoint) if checkpoint is not None else None
         labels = tuple(check_label(label) for label in labels)
         factory, estimate = factory_of(source, safe_mode)
@@ -276,6 +284,7 @@ class ModelRegistry:
                 warmup=warmup,
                 checkpoint=prefix,
                 strict=strict,
+                batching=batching,
             )
             built.rebuild = build
             return built
@@ -595,6 +604,7 @@ class ModelRegistry:
         warmup: Any = None,
         strict: bool = True,
         poll_interval: float | None = None,
+        batching: BatchingPolicy | None = None,
     ) -> ScanReport:
         """Serve the versions of ``name`` found under ``base_path``, and scan it now.
 
@@ -632,6 +642,7 @@ class ModelRegistry:
                 (TensorFlow Serving's file-system polling). ``None``: scan only
                 when :meth:`scan` is called. :meth:`last_scan` has the latest
                 report.
+            batching: Batch each version's concurrent requests (see :meth:`load`).
 
         Returns:
             The first scan's :class:`ScanReport`.
@@ -654,7 +665,9 @@ class ModelRegistry:
                 raise ValueError("`poll_interval` must be > 0 seconds or None.")
         base = os.path.abspath(os.fspath(base_path))
         available_versions(base)  # fail now on a missing directory
-        watch = Watch(base, factory, policy, warmup, strict, poll_interval)
+        if batching is not None and not isinstance(batching, BatchingPolicy):
+            raise TypeError(f"`batching` must be a BatchingPolicy or None. Received: {batching!r}")
+        watch = Watch(base, factory, policy, warmup, strict, poll_interval, batching=batching)
         with self._administering():
             self._table.check_open()
             self._watcher.add(name, watch)

@@ -6,6 +6,7 @@ import enum
 
 import attrs
 
+from .._core._batcher import BatchingStatistics
 from .._session import SessionStatistics
 
 __all__ = ["RegistryStatistics", "SwapPolicy", "VersionState", "VersionStatus"]
@@ -51,6 +52,8 @@ class VersionStatus:
         bytes: Bytes of its buffers.
         load_seconds: Time its load took (build and warm-up).
         requests: Leases taken (requests served) so far.
+        batching: What batching did for this version (batch sizes, queue
+            wait), or ``None`` when it serves one call per request.
     """
 
     name: str
@@ -63,6 +66,7 @@ class VersionStatus:
     bytes: int
     load_seconds: float
     requests: int
+    batching: BatchingStatistics | None = None
 
 
 @attrs.frozen

@@ -10,6 +10,7 @@ import attrs
 from .._model import ManagedModel
 from .._serving import ServingFunction
 from .._session import LifecycleSession
+from ._batching import BatchedServe, batching_statistics
 from ._signature import ServingSignature
 from ._status import VersionState, VersionStatus
 
@@ -29,7 +30,7 @@ class LoadedVersion:
     session: LifecycleSession
     # Set when the build succeeds; None again once disposed.
     model: ManagedModel | None = None
-    serve: ServingFunction | None = None
+    serve: ServingFunction | BatchedServe | None = None
     # Read once from `serve` after the build.
     signature: ServingSignature | None = None
     state: VersionState = VersionState.LOADING
@@ -95,4 +96,5 @@ class ModelEntry:
             bytes=loaded.nbytes,
             load_seconds=loaded.load_seconds,
             requests=loaded.requests,
+            batching=batching_statistics(loaded.serve),
         )

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 import keras
 
+from .._core._batcher import BatchingPolicy
 from ..errors import (
     BudgetExceededError,
     CheckpointError,
@@ -96,6 +97,7 @@ class Watch:
     warmup: Any
     strict: bool
     poll_interval: float | None = None
+    batching: BatchingPolicy | None = None
     # Versions this watch loaded and still serves.
     served: set[int] = attrs.field(factory=set)
     # Versions unloaded by hand: scans leave them alone until loaded by hand.
@@ -318,7 +320,7 @@ class Watcher:
         if source is None:
             raise LoadError(f"{directory!r} no longer holds a complete version.")
         if source.kind != "checkpoints":
-            self._load(name, version, source.path, warmup=watch.warmup)
+            self._load(name, version, source.path, warmup=watch.warmup, batching=watch.batching)
             return
         if watch.factory is None:
             raise LoadError(
@@ -334,6 +336,7 @@ class Watcher:
             warmup=watch.warmup,
             checkpoint=directory,
             strict=watch.strict,
+            batching=watch.batching,
         )
 
     def _retire_leaving(

@@ -87,6 +87,26 @@ def serve(
             "(a target is a label or a version; repeat for several models).",
         ),
     ] = None,
+    enable_batching: bool = typer.Option(
+        False,
+        "--enable_batching",
+        help="Merge concurrent requests to a version into one model call.",
+    ),
+    max_batch_size: int = typer.Option(
+        32, "--max_batch_size", help="With --enable_batching: the most rows in one call."
+    ),
+    batch_timeout_micros: int = typer.Option(
+        0,
+        "--batch_timeout_micros",
+        help="With --enable_batching: how long a batch that is not full waits for more "
+        "requests; 0: batches form only from requests that arrive while one runs.",
+    ),
+    allowed_batch_sizes: str = typer.Option(
+        "",
+        "--allowed_batch_sizes",
+        help="With --enable_batching: comma-separated sizes a batch is padded up to, the "
+        "last equal to --max_batch_size; empty: no padding.",
+    ),
     admin_token: str = typer.Option(
         None,
         "--admin_token",
@@ -142,6 +162,10 @@ def serve(
             model_factory=model_factory or (),
             swap_policy=swap_policy,
             route=route or (),
+            enable_batching=enable_batching,
+            max_batch_size=max_batch_size,
+            batch_timeout_micros=batch_timeout_micros,
+            allowed_batch_sizes=allowed_batch_sizes,
         )
     except (ValueError, FileNotFoundError) as error:
         console().print(f"lifecycle serve: {error}", markup=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._statistics import statistics
@@ -132,6 +132,21 @@ class LifecycleCollector:
         requests = core.CounterMetricFamily(
             "lifecycle_version_requests", "Requests served by a version.", labels=labels
         )
+        batches = core.CounterMetricFamily(
+            "lifecycle_version_batches",
+            "Calls of a batching version's model that served requests.",
+            labels=labels,
+        )
+        queued = core.CounterMetricFamily(
+            "lifecycle_version_batch_queue_seconds",
+            "Time requests waited for their batch to start, in total.",
+            labels=labels,
+        )
+        sizes = core.HistogramMetricFamily(
+            "lifecycle_version_batch_requests",
+            "Requests per batch of a batching version.",
+            labels=labels,
+        )
         for registry in registries:
             try:
                 versions = registry.status()
@@ -142,7 +157,24 @@ class LifecycleCollector:
                 nbytes.add_metric(key, status.bytes)
                 leases.add_metric(key, status.leases)
                 requests.add_metric(key, status.requests)
-        yield from (nbytes, leases, requests)
+                if status.batching is not None:
+                    stats = status.batching
+                    batches.add_metric(key, stats.batches)
+                    queued.add_metric(key, stats.queue_seconds)
+                    sizes.add_metric(key, _buckets(stats.sizes), sum_value=stats.requests)
+        yield from (nbytes, leases, requests, batches, queued, sizes)
+
+
+# Upper bounds of the batch-size histogram's buckets.
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def _buckets(sizes: Mapping[int, int]) -> list[tuple[str, float]]:
+    """Cumulative ``(le, count)`` buckets of ``{requests per batch: batches}``."""
+    buckets = [
+        (str(le), sum(n for size, n in sizes.items() if size <= le)) for le in _BATCH_BUCKETS
+    ]
+    return [*buckets, ("+Inf", sum(sizes.values()))]
 
 
 _registered_lock = threading.Lock()

@@ -2,7 +2,7 @@
 
 ::
 
-    GET    /v1/admin/models/{m}                  versions, default, labels, weights
+    GET    /v1/admin/models/{m}                  versions, default, labels, weights, batching
     POST   /v1/admin/models/{m}/promote          {"version": 2}
     PUT    /v1/admin/models/{m}/labels/{label}   {"version": 2}
     DELETE /v1/admin/models/{m}/labels/{label}
@@ -128,6 +128,16 @@ def _versions_body(name: str, statuses: tuple[VersionStatus, ...]) -> dict[str, 
                 "requests": s.requests,
                 "bytes": s.bytes,
                 "load_seconds": s.load_seconds,
+                "batching": None
+                if s.batching is None
+                else {
+                    "batches": s.batching.batches,
+                    "requests": s.batching.requests,
+                    "rows": s.batching.rows,
+                    "padded_rows": s.batching.padded_rows,
+                    "queue_seconds": s.batching.queue_seconds,
+                    "sizes": {str(k): v for k, v in s.batching.sizes.items()},
+                },
             }
             for s in statuses
         ],

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from .._registry import SwapPolicy, VersionPolicy
+from .._registry import BatchingPolicy, SwapPolicy, VersionPolicy
 
 __all__ = ["ADMIN_TOKEN_ENV", "ServedModel", "ServerConfig", "import_factory", "served_models"]
 
@@ -151,6 +151,10 @@ class ServerConfig:
         routes: ``{model: {target: weight}}``, weighted routes set once the
             models are loaded (``--route``); a target is a label (str) or a
             version (int).
+        batching: How concurrent requests to one version are merged
+            (``--enable_batching`` with ``--max_batch_size``,
+            ``--batch_timeout_micros``, ``--allowed_batch_sizes``); ``None``:
+            one model call per request.
 
     Example:
         >>> from lifecycle.server import ServerConfig
@@ -191,6 +195,7 @@ class ServerConfig:
     routes: Mapping[str, Mapping[str | int, float]] = attrs.field(
         factory=dict, converter=lambda d: {name: dict(w) for name, w in dict(d).items()}
     )
+    batching: BatchingPolicy | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [model.name for model in self.models]
@@ -242,6 +247,10 @@ class ServerConfig:
         model_factory: Sequence[str] = (),
         swap_policy: str | SwapPolicy = SwapPolicy.AVAILABILITY_PRESERVING,
         route: Sequence[str] = (),
+        enable_batching: bool = False,
+        max_batch_size: int = 32,
+        batch_timeout_micros: int = 0,
+        allowed_batch_sizes: str | Sequence[int] = (),
     ) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
@@ -256,6 +265,10 @@ class ServerConfig:
         model's architecture, for version directories that hold checkpoints.
         ``route`` entries are ``name=target:weight,target:weight``, a target
         being a label or a version number (``risk=stable:90,canary:10``).
+        With ``enable_batching``, concurrent requests to a version are merged
+        into calls of at most ``max_batch_size`` rows, padded up to
+        ``allowed_batch_sizes`` (comma-separated in a flag), as TensorFlow
+        Serving's ``--enable_batching`` does.
 
         Raises:
             ValueError: A flag is out of range, both model flags are given, or
@@ -290,7 +303,37 @@ class ServerConfig:
             sticky_key_header=sticky_key_header,
             swap_policy=swap_policy,
             routes=dict(_route(spec) for spec in route),
+            batching=_batching(
+                enable_batching, max_batch_size, batch_timeout_micros, allowed_batch_sizes
+            ),
         )
+
+
+def _batching(
+    enabled: bool, max_batch_size: int, timeout: int, allowed: str | Sequence[int]
+) -> BatchingPolicy | None:
+    """The batching policy of the batching flags, or None without ``--enable_batching``."""
+    if not enabled:
+        return None
+    if isinstance(allowed, str):
+        try:
+            allowed = [int(size) for size in allowed.split(",") if size.strip()]
+        except ValueError:
+            raise ValueError(
+                f"--allowed_batch_sizes takes comma-separated integers. Received: {allowed!r}"
+            ) from None
+    try:
+        return BatchingPolicy(max_batch_size, timeout, tuple(allowed))
+    except ValueError as error:
+        flags = {
+            "`max_batch_size`": "--max_batch_size",
+            "`batch_timeout_micros`": "--batch_timeout_micros",
+            "`allowed_batch_sizes`": "--allowed_batch_sizes",
+        }
+        message = str(error)
+        for name, flag in flags.items():
+            message = message.replace(name, flag)
+        raise ValueError(message) from None
 
 
 def _swap_policy(value: str | SwapPolicy) -> SwapPolicy:

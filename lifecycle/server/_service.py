@@ -297,6 +297,7 @@ class ModelService:
             model.factory,
             policy=model.policy,
             poll_interval=interval or None,
+            batching=self.config.batching,
         )
         self._watched.add(model.name)
         if not report.wanted:
