@@ -194,31 +194,32 @@ def test_the_mixin_manages_any_wrapper_that_keeps_model_():
     assert released(model)
 
 
-def test_the_mixin_works_with_scikeras():
-    # scikeras is no longer maintained (the docs say why the managed classes build
-    # on Keras's own wrappers); the mixin still works with its last release.
-    wrappers = pytest.importorskip("scikeras.wrappers")
+@pytest.mark.subprocess
+def test_scikeras_replaces_keras_pickling_and_the_self_check_says_so(run_child):
+    # scikeras (no longer maintained; the docs say why the managed classes build on
+    # Keras's own wrappers) replaces keras.Model's pickling for the whole process when
+    # imported. Managing a model after that is refused with a clear error, not run on
+    # an internal that moved. A child process, since the import changes the process.
+    out = run_child(
+        """
+        import keras
+        import scikeras.wrappers  # noqa: F401
 
-    class Managed(ManagedEstimator, wrappers.KerasClassifier):
-        pass
+        import lifecycle as lc
 
-    built: list[keras.Model] = []
-
-    def build(units=8):
-        model = keras.Sequential(
-            [keras.Input((64,)), keras.layers.Dense(units), keras.layers.Dense(10, "softmax")]
-        )
-        built.append(model)
-        return model
-
-    x, y = digits(128)
-    estimator = Managed(build, loss="sparse_categorical_crossentropy", epochs=1, verbose=0)
-    scores = model_selection.cross_val_score(estimator, x, y, cv=2)
-    assert scores.shape == (2,) and len(built) == 2 and all(released(m) for m in built)
+        try:
+            lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+        except lc.CompatibilityError as error:
+            print("refused:", error)
+        """
+    )
+    assert "refused: keras-lifecycle cannot work with" in out
+    assert "KerasSaveable._unpickle_model" in out
 
 
 def test_worker_threads_dispose_the_models_they_fitted():
-    joblib = pytest.importorskip("joblib")
+    import joblib
+
     x, y = digits(128)
     build = Recorder()
     with joblib.parallel_backend("threading", n_jobs=2):

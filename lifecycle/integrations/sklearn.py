@@ -103,8 +103,9 @@ class ManagedEstimator:
     """A mixin: the estimator's fitted Keras model is managed and disposed with it.
 
     Put it first among the bases of a scikit-learn estimator that keeps its
-    fitted Keras model in ``model_`` (Keras's own wrappers; scikeras's
-    ``KerasClassifier`` works the same way). Whatever assigns ``model_`` —
+    fitted Keras model in ``model_`` (Keras's own wrappers; not scikeras's,
+    whose import replaces Keras's pickling, which the library refuses).
+    Whatever assigns ``model_`` —
     ``fit``, or another method of the wrapper — the model is put under
     management (:func:`lifecycle.manage`), and the estimator owns it:
 
