@@ -374,3 +374,21 @@ def test_the_internals_doc_lists_every_check_by_name():
     section = doc.split("## The self-check", 1)[1]
     missing = [name for name in lc.check_compatibility().checks if f"`{name}`" not in section]
     assert not missing, missing
+
+
+def test_the_first_check_leaves_the_global_random_generators_as_it_found_them(run_child):
+    """A seeded run draws the same numbers whether the library checked itself in between."""
+    out = run_child(
+        """
+        import random
+        import numpy as np
+        import keras
+        keras.utils.set_random_seed(7)
+        expected = (random.random(), float(np.random.rand()))
+        keras.utils.set_random_seed(7)
+        import lifecycle as lc
+        lc.check_compatibility()  # the first check in this process: it builds models
+        print("same:", (random.random(), float(np.random.rand())) == expected)
+        """
+    )
+    assert "same: True" in out

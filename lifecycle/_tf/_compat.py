@@ -8,6 +8,7 @@ installed versions and the internal, instead of the library silently leaking.
 from __future__ import annotations
 
 import pickle
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -357,7 +358,15 @@ def check_compatibility() -> CompatibilityReport:
     global _report
     with _lock:
         if _report is None:
-            failure = _run_checks_in_clean_thread()
+            # The checks build small models, whose initializers draw seeds from
+            # the global generators: a run seeded with keras.utils.set_random_seed
+            # must draw the same numbers with the library as without it.
+            python_state, numpy_state = random.getstate(), np.random.get_state()
+            try:
+                failure = _run_checks_in_clean_thread()
+            finally:
+                random.setstate(python_state)
+                np.random.set_state(numpy_state)
             if failure is not None:
                 name, exc = failure
                 # A strict read (_internal.internal) failed: report what it read.
