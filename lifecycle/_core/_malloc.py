@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import threading
 
 import attrs
@@ -44,7 +45,9 @@ class AllocatorSettings:
     trim_after_collect: bool
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    # Cached: find_library runs ``ldconfig -p`` in a subprocess.
     name = ctypes.util.find_library("c")
     if name is None:
         return None
