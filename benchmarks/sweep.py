@@ -15,7 +15,11 @@ and dropped, one after the other in one process, once per way of dropping:
     tuned      as ``managed``, in a process that called ``lc.tune_allocator()``
                first (a fixed glibc mmap threshold, process-wide)
     nodnn      as ``managed``, with ``TF_ENABLE_ONEDNN_OPTS=0``: without oneDNN's
-               CPU kernels and their primitive cache
+               CPU kernels, their primitive cache and TensorFlow's oneDNN CPU
+               allocator (a pool that never returns its regions)
+    plain-nodnn, notrim-nodnn
+               ``plain`` and ``notrim`` with ``TF_ENABLE_ONEDNN_OPTS=0``; the
+               ``vs plain`` column compares these variants with ``plain-nodnn``
 
 Each child first imports everything and runs a warm-up model (a small CNN,
 built, fitted, saved, reloaded and dropped the variant's way), collects once
@@ -64,13 +68,17 @@ from _harness import MIB, ChildOutcome, fmt
 if TYPE_CHECKING:
     import keras
 
-VARIANTS = ("plain", "managed", "notrim", "tuned", "nodnn")
+VARIANTS = ("plain", "managed", "notrim", "tuned", "plain-nodnn", "nodnn", "notrim-nodnn")
+# The variants run with TF_ENABLE_ONEDNN_OPTS=0, and the variant each is otherwise.
+NO_ONEDNN = {"plain-nodnn": "plain", "nodnn": "managed", "notrim-nodnn": "notrim"}
 LABELS = {
     "plain": "plain: del + clear_session() + gc.collect()",
     "managed": "managed: dispose() (defaults)",
     "notrim": "managed, trim_threshold=None",
     "tuned": "managed + lc.tune_allocator()",
+    "plain-nodnn": "plain, TF_ENABLE_ONEDNN_OPTS=0",
     "nodnn": "managed, TF_ENABLE_ONEDNN_OPTS=0",
+    "notrim-nodnn": "managed, trim_threshold=None, no oneDNN",
 }
 ARCHS = (
     "MobileNetV2",
@@ -183,7 +191,7 @@ def cycle(
 
     import lifecycle as lc
 
-    managed = variant != "plain"
+    managed = NO_ONEDNN.get(variant, variant) != "plain"
     started = time.perf_counter()
     model = make()
     model.run_eagerly = eager
@@ -250,7 +258,8 @@ def probe_trim(lib: ctypes.CDLL) -> dict[str, Any]:
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    if variant == "nodnn":
+    base = NO_ONEDNN.get(variant, variant)
+    if variant in NO_ONEDNN:
         os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 
     import lifecycle as lc
@@ -259,9 +268,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     if variant == "tuned":
         lc.tune_allocator()
     lib = libc()
-    session = (
-        lc.LifecycleSession(name="bench", trim_threshold=None) if variant == "notrim" else None
-    )
+    session = lc.LifecycleSession(name="bench", trim_threshold=None) if base == "notrim" else None
     if session is not None:
         session.__enter__()
     with tempfile.TemporaryDirectory() as tmp:
@@ -287,10 +294,11 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "arenas": arena_count(lib),
     }
     current = lc.current_session().statistics().cleaner
-    result["trims"] = getattr(current, "trims", None)
+    result["trims"] = current.trims
+    result["max_trim_ms"] = current.max_trim_seconds * 1000
     result["collections"] = current.collections
     if lib is not None:
-        if variant == "notrim":
+        if base == "notrim":
             result["probe"] = probe_trim(lib)
         else:
             started = time.perf_counter()
@@ -318,10 +326,11 @@ def median_spread(values: list[float]) -> str:
 
 
 def table(results: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
-    plain = [r["growth"] / MIB for r in results.get("plain", [])]
-    plain_median = statistics.median(plain) if plain else None
     rows = []
     for variant, runs in results.items():
+        reference = "plain-nodnn" if variant in NO_ONEDNN else "plain"
+        plain = [r["growth"] / MIB for r in results.get(reference, [])]
+        plain_median = statistics.median(plain) if plain else None
         growth = [r["growth"] / MIB for r in runs]
         ratio = (
             statistics.median(growth) / plain_median if plain_median and growth else float("nan")
@@ -349,7 +358,8 @@ def notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
         last = runs[-1]
         info = last.get("mallinfo") or {}
         lines.append(
-            f"  {variant}: arenas {last.get('arenas')}, cleaner trims {last.get('trims')}, "
+            f"  {variant}: arenas {last.get('arenas')}, cleaner trims {last.get('trims')} "
+            f"(longest {fmt(last.get('max_trim_ms'), '.1f')} ms), "
             f"collections {last.get('collections')}; glibc at the end: heap "
             f"{info.get('heap', 0) / MIB:,.0f} MiB, in use {info.get('used', 0) / MIB:,.0f}, "
             f"free {info.get('free', 0) / MIB:,.0f}, mapped {info.get('mapped', 0) / MIB:,.0f} MiB"
@@ -411,6 +421,7 @@ def run_parent(args: argparse.Namespace) -> int:
     legend = [
         "RSS growth: RSS after the sweep (+ settle) - RSS after imports and a warm-up model;",
         "            median over rounds (min..max). vs plain: median / plain's median",
+        "            (the TF_ENABLE_ONEDNN_OPTS=0 variants: / plain-nodnn's median)",
         "glibc free: mallinfo2 fordblks at the end (freed, kept by glibc, every arena)",
         "after trim: growth after malloc_trim(0); after gc+trim: after gc.collect(),",
         "            clearing TF's eager kernel cache and malloc_trim(0)",
