@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,22 @@ def test_checkpoint_benchmark_compares_every_operation_with_plain():
     assert {"plain save", "keeper save", "plain restore", "keeper restore"} <= set(rows)
     assert rows["plain save"][-2] == "1.00x"
     assert all(row[-2].endswith("x") and float(row[-2][:-1]) > 0 for row in rows.values())
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_sweep_benchmark_compares_managed_with_plain():
+    lines = run_benchmark(
+        "sweep.py",
+        *("--rounds", "1", "--archs", "MobileNetV3Small", "--size", "32", "--eager"),
+        *("--settle", "0", "--variants", "plain,managed"),
+    )
+    # Cells are separated by two spaces or more; a growth cell holds single spaces.
+    rows = {
+        cells[0].split(":")[0]: cells
+        for cells in (re.split(r"\s{2,}", line) for line in lines)
+        if cells[0].startswith(("plain:", "managed:"))
+    }
+    assert rows["plain"][3] == "1.000", rows
+    assert float(rows["managed"][3]) > 0, rows
+    assert any("cleaner trims" in line for line in lines)
