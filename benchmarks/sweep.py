@@ -42,7 +42,8 @@ spread (min-max). The parent exits non-zero if a child fails or times out.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/sweep.py                  # 3 rounds of 5 variants, ~25 min on 2 cores
+    python benchmarks/sweep.py --eager          # 3 rounds x 7 variants, 3-10 min per child
+    python benchmarks/sweep.py                  # traced fit steps: over 15 min per child on 2 cores
     python benchmarks/sweep.py --rounds 1 --archs MobileNetV2,ResNet50 --variants plain,managed
 """
 
@@ -445,7 +446,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fit eagerly (run_eagerly=True): no traced train step, minutes faster",
     )
     _harness.add_variants_argument(parser, VARIANTS)
-    _harness.add_child_arguments(parser, VARIANTS, timeout=900.0)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=3600.0)
     args = parser.parse_args(argv)
     args.archs = [a.strip() for a in args.archs.split(",") if a.strip()]
     if not args.archs or args.rounds < 1 or args.settle < 0 or args.size < 32:
