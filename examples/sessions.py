@@ -2,7 +2,10 @@
 
 Each trial's session owns the models built in it. Trial models are disposed
 explicitly, except one that is "forgotten" on purpose: the session's cleaner
-cleans up after it and a ResourceWarning names it.
+cleans up after it and a ResourceWarning names it. That session's close
+collects to find it, then trims: the C heap's free memory goes back to the
+system. The other sessions hand the bytes their models released to the default
+session's cleaner, which trims once 32 MiB went by.
 
 Run: python examples/sessions.py
 """
@@ -33,7 +36,9 @@ def main() -> None:
     warnings.simplefilter("always", ResourceWarning)
     for units in (16, 64, 256):
         with lc.LifecycleSession(
-            cleanup=lc.CleanupStrategy.ON_SESSION_CLOSE, name=f"trial-{units}"
+            cleanup=lc.CleanupStrategy.ON_SESSION_CLOSE,
+            name=f"trial-{units}",
+            trim_threshold=lc.DEFAULT_TRIM_THRESHOLD,  # None: never trim the C heap
         ) as session:
             model = build(units)
             loss = model.fit(x, y, epochs=3, verbose=0).history["loss"][-1]
@@ -45,7 +50,8 @@ def main() -> None:
         stats = session.statistics()
         print(
             f"units={units}: loss {loss:.3f}; disposed {stats.models_disposed}, "
-            f"cleaned {stats.models_cleaned}, session {stats.state.value}"
+            f"cleaned {stats.models_cleaned}, session {stats.state.value}, "
+            f"heap trims {stats.cleaner.trims}"
         )
 
 

@@ -33,6 +33,7 @@ from ._registry import VersionStatus as VersionStatus
 from ._serving import ServingFunction as ServingFunction
 from ._serving import serving_function as serving_function
 from ._session import DEFAULT_PRESSURE_THRESHOLD as DEFAULT_PRESSURE_THRESHOLD
+from ._session import DEFAULT_TRIM_THRESHOLD as DEFAULT_TRIM_THRESHOLD
 from ._session import LifecycleSession as LifecycleSession
 from ._session import SessionStatistics as SessionStatistics
 from ._session import current_session as current_session
@@ -61,6 +62,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
     "DEFAULT_PRESSURE_THRESHOLD",
+    "DEFAULT_TRIM_THRESHOLD",
     "AllocatorSettings",
     "BatchingPolicy",
     "BatchingStatistics",

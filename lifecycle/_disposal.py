@@ -220,10 +220,10 @@ class ModelRecord:
             released = time.perf_counter()
             if collect:
                 self.owner.collector()  # gc.collect(), and the kernel cache by default
-            elif collect is None:
-                # The Python-side garbage of the model is left to the cleaner,
-                # which collects once enough bytes went by.
-                self.owner.cleaner.note_released(bytes_released)
+            # Without collect=None, the bytes count only towards the cleaner's
+            # next trim; with it, the model's Python-side garbage is left to the
+            # cleaner too, which collects once enough bytes went by.
+            self.owner.cleaner.note_released(bytes_released, pressure=collect is None)
             self.report = DisposeReport(
                 model_name=self.name,
                 bytes_released=bytes_released,

@@ -32,6 +32,7 @@ from .errors import DisposeInProgressError, DrainTimeoutError, LifecycleError
 
 __all__ = [
     "DEFAULT_PRESSURE_THRESHOLD",
+    "DEFAULT_TRIM_THRESHOLD",
     "LifecycleSession",
     "SessionStatistics",
     "current_session",
@@ -39,6 +40,10 @@ __all__ = [
 
 #: Bytes allocated or released by managed models that start a collection.
 DEFAULT_PRESSURE_THRESHOLD = 128 * 2**20
+
+#: Bytes released by managed models after which the cleaner returns the C
+#: heap's free memory to the system (``malloc_trim(0)``, glibc only).
+DEFAULT_TRIM_THRESHOLD = 32 * 2**20
 
 
 class Owned(Protocol):
@@ -148,6 +153,14 @@ class LifecycleSession:
         pressure_threshold: Buffer bytes allocated or released by the session's
             models after which the cleaner runs a garbage collection (the
             collector does not see these bytes by itself). ``None`` disables.
+        trim_threshold: Buffer bytes released by the session's models after
+            which the cleaner hands the C heap's free memory back to the
+            operating system (``malloc_trim(0)``: glibc keeps freed memory for
+            reuse otherwise); the cleaner then also trims after each of its
+            collections. The trim runs where the strategy runs cleanup (the
+            cleaner's thread by default). It frees only memory nobody uses and
+            changes no allocator setting; off glibc it does nothing. ``None``
+            disables it.
         clear_session: ``True`` runs ``keras.backend.clear_session()`` when the
             session closes, even while managed models are live. It is
             process-wide: it resets every thread's Keras state (dtype policy,
@@ -182,6 +195,9 @@ class LifecycleSession:
     pressure_threshold: int | None = attrs.field(
         default=DEFAULT_PRESSURE_THRESHOLD, kw_only=True, validator=_check_threshold
     )
+    trim_threshold: int | None = attrs.field(
+        default=DEFAULT_TRIM_THRESHOLD, kw_only=True, validator=_check_threshold
+    )
     clear_session: bool = attrs.field(default=False, kw_only=True, validator=_check_bool)
     freeze_heap: bool = attrs.field(default=False, kw_only=True)
     close_timeout: float | None = attrs.field(
@@ -214,6 +230,7 @@ class LifecycleSession:
             name=self.name,
             pressure_threshold=self.pressure_threshold,
             collector=self.collector,
+            trim_threshold=self.trim_threshold,
         )
 
     # -- context ------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,22 @@ def test_sweeps_benchmark_compares_plain_and_managed_on_the_same_search():
     # The same seeded search finds the same best trial; only the managed one releases.
     assert plain[-3:] == managed[-3:]
     assert plain[-4] == "-" and float(managed[-4]) >= 0
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_sweep_benchmark_compares_managed_with_plain():
+    lines = run_benchmark(
+        "sweep.py",
+        *("--rounds", "1", "--archs", "MobileNetV3Small", "--size", "32", "--eager"),
+        *("--settle", "0", "--variants", "plain,managed"),
+    )
+    # Cells are separated by two spaces or more; a growth cell holds single spaces.
+    rows = {
+        cells[0].split(":")[0]: cells
+        for cells in (re.split(r"\s{2,}", line) for line in lines)
+        if cells[0].startswith(("plain:", "managed:"))
+    }
+    assert rows["plain"][3] == "1.000", rows
+    assert float(rows["managed"][3]) > 0, rows
+    assert any("cleaner trims" in line for line in lines)

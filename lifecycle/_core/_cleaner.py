@@ -2,7 +2,8 @@
 
 Modelled on TensorFlow Java's ``EagerSession.ResourceCleanupStrategy``. Work
 arrives on a queue — from finalizers of models that were dropped without
-``dispose()``, and as collection requests raised by byte pressure — and runs:
+``dispose()``, as collection requests raised by byte pressure, and as trims
+of the C heap once enough buffer bytes were released — and runs:
 
 * ``IN_BACKGROUND``: on a daemon thread of the cleaner's own;
 * ``ON_SAFE_POINTS``: synchronously, when a call into the library reaches a
@@ -13,6 +14,12 @@ Finalizers run inside Python's garbage collector, on whatever thread triggered
 it, possibly while that thread holds arbitrary locks. They therefore only ever
 call :meth:`Cleaner.enqueue`, which takes no lock (``queue.SimpleQueue.put`` is
 reentrant and documented as safe in weakref callbacks).
+
+A trim (``malloc_trim(0)``, glibc only) hands the free pages the C allocator
+kept back to the operating system. It frees nothing in use and changes no
+allocator setting, so the cleaner runs one after each of its collections and
+after every ``trim_threshold`` bytes released, where its strategy runs other
+work.
 
 The work they defer warns the way Python's own finalizers do
 (:func:`warn_from_finalizer`): a warning that a filter turns into an error goes
@@ -74,6 +81,13 @@ class CleanerStatistics:
         pressure_bytes: Bytes allocated or released since the last collection:
             what Python's collector cannot see.
         pressure_threshold: Pressure that starts a collection (``None``: never).
+        trims: Times the cleaner returned free C-heap memory to the system
+            (``malloc_trim(0)``; a no-op off glibc).
+        trim_seconds: Time spent in those trims, in total.
+        max_trim_seconds: The longest of them.
+        trim_threshold: Bytes released that start a trim (``None``: the cleaner
+            trims only after collections, and only under
+            :func:`~lifecycle.tune_allocator`).
     """
 
     strategy: CleanupStrategy
@@ -87,6 +101,10 @@ class CleanerStatistics:
     bytes_released: int
     pressure_bytes: int
     pressure_threshold: int | None
+    trims: int
+    trim_seconds: float
+    max_trim_seconds: float
+    trim_threshold: int | None
 
 
 # Background cleaners not yet stopped: stopped at interpreter exit, so no cleaner
@@ -148,6 +166,7 @@ def warn_from_finalizer(message: str, category: type[Warning] = ResourceWarning)
 
 class _Token(enum.Enum):
     COLLECT = "collect"
+    TRIM = "trim"
     STOP = "stop"
 
 
@@ -171,12 +190,20 @@ class Cleaner:
             collection) that start a garbage collection; ``None`` disables.
         collector: The collection to run; ``gc.collect`` unless a test injects
             its own (the seam that makes strategies testable deterministically).
+        trim_threshold: Bytes released (since the last trim) after which the
+            cleaner returns free C-heap memory to the system; it then also
+            trims after each collection. ``None`` disables both (unless
+            :func:`~lifecycle.tune_allocator` asked for trims after collections).
+        trimmer: The trim to run; ``None`` (default) runs ``malloc_trim(0)``
+            (a no-op off glibc). A seam for tests.
     """
 
     strategy: CleanupStrategy
     name: str
     pressure_threshold: int | None
     collector: Callable[[], Any] = gc.collect
+    trim_threshold: int | None = None
+    trimmer: Callable[[], bool] | None = None
     # Deferred work: callables, _Token and _Idle items. put() is lock-free.
     _queue: queue.SimpleQueue[Any] = attrs.field(factory=queue.SimpleQueue, init=False)
     # Guards the counters below; never taken from a finalizer.
@@ -184,6 +211,10 @@ class Cleaner:
     # Held while queued work runs, so one thread at a time runs it.
     _running: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     _collect_requested: bool = attrs.field(default=False, init=False)
+    # Set once _released passes trim_threshold; cleared when a trim starts.
+    _trim_requested: bool = attrs.field(default=False, init=False)
+    # Bytes released since the last trim.
+    _released: int = attrs.field(default=0, init=False)
     _thread: threading.Thread | None = attrs.field(default=None, init=False)
     # Set by close(): takes the work that arrives afterwards.
     _successor: Cleaner | None = attrs.field(default=None, init=False)
@@ -195,6 +226,9 @@ class Cleaner:
     _bytes_allocated: int = attrs.field(default=0, init=False)
     _bytes_released: int = attrs.field(default=0, init=False)
     _pressure: int = attrs.field(default=0, init=False)
+    _trims: int = attrs.field(default=0, init=False)
+    _trim_seconds: float = attrs.field(default=0.0, init=False)
+    _max_trim_seconds: float = attrs.field(default=0.0, init=False)
 
     def __attrs_post_init__(self) -> None:
         _all_cleaners.add(self)
@@ -222,19 +256,37 @@ class Cleaner:
         """Count buffer bytes a managed model allocated (pressure)."""
         self._add_pressure(nbytes, allocated=True)
 
-    def note_released(self, nbytes: int) -> None:
-        """Count buffer bytes a managed model released (pressure)."""
-        self._add_pressure(nbytes, allocated=False)
+    def note_released(self, nbytes: int, *, pressure: bool = True) -> None:
+        """Count buffer bytes a managed model released.
+
+        They count towards the next trim, and (unless ``pressure`` is False:
+        the caller collected already) towards the next collection.
+        """
+        if nbytes <= 0:
+            return
+        with self._lock:
+            self._bytes_released += nbytes
+        self._add_released(nbytes)
+        if pressure:
+            self._add_pressure(nbytes, allocated=None)
+
+    def _add_released(self, nbytes: int) -> None:
+        with self._lock:
+            self._released += nbytes
+            threshold = self.trim_threshold
+            if threshold is None or self._released < threshold or self._trim_requested:
+                return
+            self._trim_requested = True
+        if self.strategy is CleanupStrategy.IN_BACKGROUND:
+            self._queue.put(_Token.TRIM)
 
     def _add_pressure(self, nbytes: int, *, allocated: bool | None) -> None:
-        # allocated=None: pressure handed over by a closed cleaner, already counted.
+        # allocated=None: bytes counted already (a release, or handed over).
         if nbytes <= 0:
             return
         with self._lock:
             if allocated:
                 self._bytes_allocated += nbytes
-            elif allocated is not None:
-                self._bytes_released += nbytes
             self._pressure += nbytes
             threshold = self.pressure_threshold
             if threshold is None or self._pressure < threshold or self._collect_requested:
@@ -252,12 +304,12 @@ class Cleaner:
         thread is already running the work, returns at once.
         """
         if self.strategy is CleanupStrategy.ON_SAFE_POINTS and (
-            self._collect_requested or not self._queue.empty()
+            self._collect_requested or self._trim_requested or not self._queue.empty()
         ):
             self.run_pending(block=False)
 
     def run_pending(self, *, block: bool = True) -> None:
-        """Run a requested collection and every queued item, in the calling thread.
+        """Run a requested collection or trim and every queued item, in the calling thread.
 
         Args:
             block: Wait for another thread that is running the work; if False,
@@ -268,6 +320,8 @@ class Cleaner:
         try:
             if self._collect_requested:
                 self._collect()
+            if self._trim_requested:
+                self._trim()
             while True:
                 try:
                     item = self._queue.get_nowait()
@@ -286,7 +340,7 @@ class Cleaner:
         """
         thread = self._thread
         if thread is None or not thread.is_alive():
-            return self._queue.empty() and not self._collect_requested
+            return self._queue.empty() and not (self._collect_requested or self._trim_requested)
         marker = _Idle()
         self._queue.put(marker)
         return marker.event.wait(timeout)
@@ -303,8 +357,9 @@ class Cleaner:
         Args:
             successor: The cleaner that takes work (and byte pressure) arriving
                 after the close.
-            collect: Run the final collection. Without it, the pressure not yet
-                collected passes to ``successor``.
+            collect: Run the final collection (and a trim after it). Without
+                it, the pressure not yet collected and the released bytes not
+                yet trimmed pass to ``successor``.
         """
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -317,7 +372,10 @@ class Cleaner:
         elif successor is not None:
             with self._lock:
                 pressure, self._pressure, self._collect_requested = self._pressure, 0, False
+                # The successor trims where its strategy says, not the closing thread.
+                released, self._released, self._trim_requested = self._released, 0, False
             successor._add_pressure(pressure, allocated=None)
+            successor._add_released(released)
         self.run_pending()
         self._successor = successor
         self.run_pending()  # what arrived before the successor took over
@@ -344,6 +402,10 @@ class Cleaner:
                 bytes_released=self._bytes_released,
                 pressure_bytes=self._pressure,
                 pressure_threshold=self.pressure_threshold,
+                trims=self._trims,
+                trim_seconds=self._trim_seconds,
+                max_trim_seconds=self._max_trim_seconds,
+                trim_threshold=self.trim_threshold,
             )
 
     # -- internals ---------------------------------------------------------------
@@ -360,6 +422,9 @@ class Cleaner:
         if item is _Token.COLLECT:
             if self._collect_requested:
                 self._collect()
+        elif item is _Token.TRIM:
+            if self._trim_requested:
+                self._trim()
         elif isinstance(item, _Idle):
             item.event.set()
         elif item is not _Token.STOP:
@@ -378,8 +443,6 @@ class Cleaner:
             self._pressure = 0
         started = time.perf_counter()
         self.collector()
-        if _malloc.trimming():
-            _malloc.trim()  # a foreign call: other threads run meanwhile
         elapsed = time.perf_counter() - started
         PROCESS.add("collections")
         PROCESS.add("collection_seconds", elapsed)
@@ -387,3 +450,22 @@ class Cleaner:
             self._collections += 1
             self._collection_seconds += elapsed
             self._max_collection_seconds = max(self._max_collection_seconds, elapsed)
+        # What the collection freed (graphs, kernels) goes back with the buffers.
+        if self.trim_threshold is not None or _malloc.trimming():
+            self._trim()
+
+    def _trim(self) -> None:
+        with self._lock:
+            self._trim_requested = False
+            self._released = 0
+        started = time.perf_counter()
+        # A foreign call without the GIL: other threads run meanwhile. glibc
+        # locks one arena at a time while it walks that arena's free chunks.
+        (self.trimmer or _malloc.trim)()
+        elapsed = time.perf_counter() - started
+        PROCESS.add("trims")
+        PROCESS.add("trim_seconds", elapsed)
+        with self._lock:
+            self._trims += 1
+            self._trim_seconds += elapsed
+            self._max_trim_seconds = max(self._max_trim_seconds, elapsed)

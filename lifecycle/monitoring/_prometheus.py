@@ -99,6 +99,12 @@ class LifecycleCollector:
             "Time spent in collections run by cleaners.",
             stats.collection_seconds,
         )
+        yield counter(
+            "lifecycle_trims",
+            "Times cleaners returned free C-heap memory to the system.",
+            stats.trims,
+        )
+        yield counter("lifecycle_trim_seconds", "Time spent in those trims.", stats.trim_seconds)
         yield gauge("lifecycle_cleaner_queue", "Cleanup tasks waiting.", stats.cleaner_queue)
         if stats.rss_bytes is not None:
             yield gauge(

@@ -30,7 +30,8 @@ class Statistics:
     """A snapshot of the whole process (see :func:`statistics`).
 
     Counters (``models_*``, ``bytes_released``, ``collections``,
-    ``collection_seconds``) only grow; the others are levels.
+    ``collection_seconds``, ``trims``, ``trim_seconds``) only grow; the others
+    are levels.
 
     Attributes:
         live_models: Managed models neither disposed nor cleaned up.
@@ -45,6 +46,9 @@ class Statistics:
             not counted (it walks the heap).
         collections: Garbage collections run by cleaners.
         collection_seconds: Time spent in them.
+        trims: Times cleaners handed the C heap's free memory back to the
+            system (``malloc_trim(0)``).
+        trim_seconds: Time spent in those trims.
         cleaner_queue: Cleanup tasks waiting, in every cleaner.
         rss_bytes: Resident set size of the process (``None`` where unknown).
         device_memory: Per-GPU allocation, where TensorFlow reports it.
@@ -60,6 +64,8 @@ class Statistics:
     live_traced_graphs: int | None
     collections: int
     collection_seconds: float
+    trims: int
+    trim_seconds: float
     cleaner_queue: int
     rss_bytes: int | None
     device_memory: tuple[DeviceMemory, ...]
@@ -98,6 +104,8 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
         live_traced_graphs=_tf.live_func_graphs() if count_graphs else None,
         collections=int(totals.get("collections", 0)),
         collection_seconds=float(totals.get("collection_seconds", 0.0)),
+        trims=int(totals.get("trims", 0)),
+        trim_seconds=float(totals.get("trim_seconds", 0.0)),
         cleaner_queue=sum(cleaner.statistics().queued for cleaner in all_cleaners()),
         rss_bytes=_tf.memory.rss_bytes(),
         device_memory=tuple(DeviceMemory(*entry) for entry in _tf.memory.device_memory()),

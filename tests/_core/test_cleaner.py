@@ -85,6 +85,67 @@ def test_pressure_counts_bytes_both_ways_and_resets_on_collection():
     assert (stats.bytes_allocated, stats.bytes_released, stats.collections) == (60, 40, 1)
 
 
+def trimming(strategy, trim_threshold, pressure_threshold=None):
+    trims = []
+    cleaner = Cleaner(
+        strategy=strategy,
+        name="t",
+        pressure_threshold=pressure_threshold,
+        collector=lambda: trims.append("collect"),
+        trim_threshold=trim_threshold,
+        trimmer=lambda: trims.append(threading.current_thread().name) or True,
+    )
+    return cleaner, trims
+
+
+def test_background_trims_on_its_thread_once_enough_bytes_were_released():
+    cleaner, trims = trimming(CleanupStrategy.IN_BACKGROUND, trim_threshold=100)
+    cleaner.note_released(60)
+    assert cleaner.wait_idle(10) and trims == []
+    cleaner.note_released(40)  # 100 since the last trim
+    assert cleaner.wait_idle(10) and trims == ["lifecycle-cleaner-t"]
+    cleaner.note_released(99)  # counted from the trim on
+    assert cleaner.wait_idle(10) and len(trims) == 1
+    stats = cleaner.statistics()
+    assert (stats.trims, stats.trim_threshold, stats.collections) == (1, 100, 0)
+    assert stats.trim_seconds >= stats.max_trim_seconds > 0
+    cleaner.close(collect=False)
+
+
+def test_no_trim_when_turned_off_and_a_collection_trims_when_on():
+    off, off_calls = trimming(CleanupStrategy.ON_SAFE_POINTS, None, pressure_threshold=10)
+    off.note_released(2**40)
+    off.safe_point()
+    assert off_calls == ["collect"] and off.statistics().trims == 0
+    on, on_calls = trimming(CleanupStrategy.ON_SAFE_POINTS, 2**40, pressure_threshold=10)
+    on.note_released(20)  # a collection, not yet a trim's worth of bytes
+    on.safe_point()
+    assert on_calls == ["collect", "MainThread"] and on.statistics().trims == 1
+
+
+@pytest.mark.parametrize(
+    "strategy", [CleanupStrategy.ON_SAFE_POINTS, CleanupStrategy.ON_SESSION_CLOSE]
+)
+def test_a_trim_waits_for_the_strategy(strategy):
+    cleaner, trims = trimming(strategy, trim_threshold=10)
+    cleaner.note_released(10, pressure=False)
+    assert trims == [] and cleaner.wait_idle(0) is False
+    cleaner.safe_point()
+    assert trims == (["MainThread"] if strategy is CleanupStrategy.ON_SAFE_POINTS else [])
+    cleaner.close(collect=False)
+    assert trims == ["MainThread"]  # at the latest when the cleaner closes
+
+
+def test_released_bytes_not_yet_trimmed_pass_to_the_successor():
+    successor, trims = trimming(CleanupStrategy.ON_SAFE_POINTS, trim_threshold=100)
+    cleaner, own = trimming(CleanupStrategy.ON_SESSION_CLOSE, trim_threshold=100)
+    cleaner.note_released(60)
+    cleaner.close(successor, collect=False)
+    successor.note_released(40)
+    successor.safe_point()
+    assert own == [] and trims == ["MainThread"]
+
+
 def test_a_warning_turned_error_in_a_task_goes_to_the_unraisable_hook(monkeypatch, caplog):
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
