@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import attrs
 import keras
 
-from ._managing import manage_keeping_seeds
+from .._model import manage
 
 try:
     import keras_tuner
@@ -123,7 +123,7 @@ class _ManagedHyperModel(keras_tuner.HyperModel):
         """Build with the user's hypermodel, manage the model and record it."""
         model = self.wrapped.build(hp)
         if isinstance(model, keras.Model):
-            manage_keeping_seeds(model)
+            manage(model)
             self._trials.built(model)
         return model  # anything else: the tuner raises its own error
 

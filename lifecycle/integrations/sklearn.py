@@ -27,8 +27,7 @@ from typing import Any
 
 import keras
 
-from .._model import DisposeReport
-from ._managing import manage_keeping_seeds
+from .._model import DisposeReport, manage
 
 try:
     import sklearn.base
@@ -139,7 +138,7 @@ class ManagedEstimator:
         if model is previous:
             return
         if isinstance(model, keras.Model):
-            manage_keeping_seeds(model)
+            manage(model)
             holder.model = model
         else:  # not a Keras model: stored, never disposed
             holder.model = None
