@@ -229,7 +229,7 @@ def target_lines(rounds: list[dict[str, Any]], clients: list[int]) -> list[str]:
             met = value >= bound if op == ">=" else value <= bound
             lines.append(
                 f"  {count} clients, {label} on/off {op} {bound:g}x: "
-                f"{'met' if met else 'MISSED'} (median {value:.2f}x)"
+                f"{'met' if met else 'MISSED'} (median {value:.3f}x)"
             )
     return lines
 
