@@ -36,10 +36,9 @@ import sys
 import time
 from typing import Any
 
-from hot_swap import INPUT_DIM, OUTPUTS, RequestThreads, build_mlp, mlp_params, percentiles_us
-
 import _harness
 from _harness import MIB, ChildOutcome, fmt
+from hot_swap import INPUT_DIM, OUTPUTS, RequestThreads, build_mlp, mlp_params, percentiles_us
 
 # The order of off and on in a round; rounds alternate between the two.
 VARIANTS = ("off-first", "on-first")

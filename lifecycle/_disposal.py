@@ -19,7 +19,14 @@ import attrs
 import keras
 
 from . import _model_index, _tf
-from ._core import PROCESS, CallGate, ModelState, check_timeout, warn_from_finalizer
+from ._core import (
+    PROCESS,
+    CallGate,
+    CleanupStrategy,
+    ModelState,
+    check_timeout,
+    warn_from_finalizer,
+)
 from .errors import (
     CoordinationError,
     DisposedError,
@@ -197,26 +204,28 @@ class ModelRecord:
                     "live and unchanged; retry later or pass a longer timeout=.",
                     in_flight=still_running,
                 )
+            # Read once: walking a large model's layers takes milliseconds.
+            variables = _tf.keras_variables(model)
             if coordinate:
-                self._coordinate(model, timeout)
+                self._coordinate(variables, timeout)
             drained = time.perf_counter()
             # From here on the gate stays closed: the model is unusable even if
             # a step below fails, and a later dispose() retries the release.
             self.state = ModelState.DISPOSED
             self.name = model.name
-            _model_index.note_disposed(model)
             self._flush_dependents()
-            leaves = _tf.model_leaves(model)
-            per_device = _tf.release_by_device(leaves)
+            per_device, purged, detached = self._release(model, variables)
+            del variables
             bytes_released = sum(nbytes for nbytes, _ in per_device.values())
             variables_released = sum(count for _, count in per_device.values())
-            purged = _tf.purge_gradient_registry(leaf.handle for leaf in leaves)
-            del leaves
-            _tf.keras_internals.drop_compiled_state(model)
-            for dependent in list(self.dependents):
-                dependent._drop()
-            self._forget(cleaned=False)
             self._account_release(bytes_released)
+            if collect or self.owner.cleaner.strategy is not CleanupStrategy.IN_BACKGROUND:
+                detached.clear()
+            else:
+                # Destroying a large traced step function takes TensorFlow tens
+                # of milliseconds: the cleaner's thread does it.
+                self.owner.cleaner.enqueue(_LetGo(detached))
+            del detached
             released = time.perf_counter()
             if collect:
                 self.owner.collector()  # gc.collect(), and the kernel cache by default
@@ -239,9 +248,36 @@ class ModelRecord:
             )
             return self.report
 
-    def _coordinate(self, model: keras.Model, timeout: float | None) -> None:
+    def _release(
+        self, model: keras.Model, variables: list[Any]
+    ) -> tuple[dict[str, tuple[int, int]], int, list[Any]]:
+        """Release the buffers, purge the registry, take compiled state off, drop dependents.
+
+        Args:
+            model: The model.
+            variables: Its Keras variables (``_tf.keras_variables(model)``).
+
+        Returns:
+            What was released per device, how many registry entries were
+            purged, and the compiled state taken off the model (its traced step
+            functions among it), for the caller to let go of.
+        """
+        leaves = _tf.variable_leaves(variables)
+        handles = [leaf.handle for leaf in leaves]
+        _model_index.note_disposed(model, variables, handles)
+        per_device = _tf.release_by_device(leaves)
+        del leaves
+        purged = _tf.purge_gradient_registry(handles)
+        del handles
+        detached = _tf.keras_internals.detach_compiled_state(model)
+        for dependent in list(self.dependents):
+            dependent._drop()
+        self._forget(cleaned=False)
+        return per_device, purged, detached
+
+    def _coordinate(self, variables: list[Any], timeout: float | None) -> None:
         """Under a multi-worker strategy, wait until every worker is disposing too."""
-        strategy = _tf.strategies.strategy_of(model)
+        strategy = _tf.strategies.variables_strategy(variables)
         if strategy is None or not _tf.strategies.needs_barrier(strategy):
             return
         try:
@@ -355,6 +391,20 @@ def disposed_error(model: keras.Model, what: str) -> DisposedError:
         f"{what} cannot run. Build or load a new model instead; a disposed model cannot "
         "be revived."
     )
+
+
+class _LetGo:
+    """A cleaner task that drops the last references to what a dispose took off a model."""
+
+    __slots__ = ("objects",)
+
+    def __init__(self, objects: list[Any]) -> None:
+        self.objects = objects
+
+    def __call__(self) -> None:
+        # Emptied in place: the cleaner's loop still holds this task until
+        # its next item arrives.
+        self.objects.clear()
 
 
 # A dispose timeout not given: use the record's own (None already means "no limit").

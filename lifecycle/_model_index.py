@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import keras
-
-from . import _tf
 
 __all__ = [
     "disposed_handles",
@@ -33,16 +32,27 @@ _variables: dict[int, weakref.ref[Any]] = {}
 _handles: dict[int, weakref.ref[Any]] = {}
 
 
+class _Entry(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference that knows its table and key, so that one callback serves all."""
+
+    __slots__ = ("key", "table")
+    key: int
+    table: dict[int, weakref.ref[Any]]
+
+
+def _forget(entry: _Entry) -> None:
+    with _lock:
+        if entry.table.get(entry.key) is entry:
+            del entry.table[entry.key]
+
+
 def _remember(table: dict[int, weakref.ref[Any]], obj: Any) -> None:
-    key = id(obj)
-
-    def forget(_: weakref.ref[Any]) -> None:
-        with _lock:
-            if table.get(key) is ref:
-                del table[key]
-
-    ref = weakref.ref(obj, forget)
-    table[key] = ref
+    # One weakref per object and no closure: dispose() remembers every
+    # variable and handle of a model, hundreds for a ResNet.
+    entry = _Entry(obj, _forget)
+    entry.key = key = id(obj)
+    entry.table = table
+    table[key] = entry
 
 
 def note_managed(model: keras.Model) -> None:
@@ -51,10 +61,14 @@ def note_managed(model: keras.Model) -> None:
         _remember(_managed, model)
 
 
-def note_disposed(model: keras.Model) -> None:
-    """Remember ``model`` and its variables as disposed (called by ``dispose()``)."""
-    variables = list(_tf.keras_variables(model))
-    handles = [leaf.handle for variable in variables for leaf in _tf.leaves(variable)]
+def note_disposed(model: keras.Model, variables: Iterable[Any], handles: Iterable[Any]) -> None:
+    """Remember a model being disposed, its variables and its buffers' handles.
+
+    Args:
+        model: The model (called by ``dispose()``).
+        variables: Its Keras variables (``_tf.keras_variables(model)``).
+        handles: The handle tensors of their leaves (every replica and shard).
+    """
     with _lock:
         _remember(_models, model)
         for variable in variables:

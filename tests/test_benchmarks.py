@@ -146,3 +146,20 @@ def test_batching_benchmark_measures_off_and_on_without_failed_requests():
     assert [row[0] for row in ratio_rows] == ["1", "4"]
     assert all(row[1].endswith("x") and float(row[1][:-1]) > 0 for row in ratio_rows)
     assert any(line.startswith("  1 clients, throughput on/off") for line in lines)
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_dispose_benchmark_compares_resnet50_with_the_mlp():
+    lines = run_benchmark(
+        "dispose.py",
+        *("--rounds", "1", "--variants", "mlp,resnet50,plain-mlp"),
+        *("--input-size", "32", "--mlp-mb", "4"),
+    )
+    rows = {line.split()[0]: line.split() for line in lines if line.startswith(("mlp ", "resnet"))}
+    assert set(rows) == {"mlp", "resnet50"}
+    # The MLP's own ratio, ResNet50's buffers (weights, Adam slots, BN statistics).
+    assert rows["mlp"][5] == "1.00x" and rows["resnet50"][5].endswith("x")
+    assert int(rows["resnet50"][1]) > 500
+    # The plain drop was measured next to the managed MLP.
+    assert rows["mlp"][-3] != "-"

@@ -19,6 +19,8 @@ Y = np.ones((64, 2), "float32")
 
 
 def live(kind):
+    # The default session's cleaner thread destroys disposed models' traced steps.
+    assert lc.current_session().cleaner.wait_idle(30)
     gc.collect()
     return sum(1 for obj in gc.get_objects() if isinstance(obj, kind))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 import keras
 import numpy as np
@@ -135,6 +136,38 @@ def test_dispose_is_idempotent_and_returns_the_same_report():
     assert model.dispose() is first
     assert first.registry_entries_purged >= 1
     assert first.total_seconds >= first.release_seconds > 0
+
+
+def train_step_ref(model):
+    """A weak reference to the model's traced training step (a ``tf.function``)."""
+    return weakref.ref(model.train_function)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "collect"),
+    [
+        (lc.CleanupStrategy.ON_SAFE_POINTS, None),
+        (lc.CleanupStrategy.ON_SESSION_CLOSE, None),
+        (lc.CleanupStrategy.IN_BACKGROUND, True),
+    ],
+)
+def test_dispose_drops_the_traced_step_at_once_without_a_cleaner_thread(strategy, collect):
+    with lc.LifecycleSession(cleanup=strategy):
+        model = trained(functional())
+        step = train_step_ref(model)
+        model.dispose(collect=collect)
+        assert model.train_function is None and model.optimizer is None
+        assert step() is None  # no reference left anywhere, now
+
+
+def test_dispose_leaves_destroying_the_traced_step_to_the_cleaner_thread():
+    with lc.LifecycleSession(cleanup=lc.CleanupStrategy.IN_BACKGROUND) as session:
+        model = trained(functional())
+        step = train_step_ref(model)
+        model.dispose()
+        assert model.train_function is None and model.optimizer is None
+        assert session.cleaner.wait_idle(30)
+        assert step() is None
 
 
 def test_with_block_disposes_on_exit():

@@ -22,7 +22,14 @@ try:
         purge_gradient_registry,
     )
     from ._release import is_released, release, release_by_device
-    from ._resources import external_captures, keras_variables, leaf_nbytes, leaves, model_leaves
+    from ._resources import (
+        external_captures,
+        keras_variables,
+        leaf_nbytes,
+        leaves,
+        model_leaves,
+        variable_leaves,
+    )
     from ._saved_model import SERVING_SIGNATURE, saved_model_to_keras
     from ._threads import capture_build_scope
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
@@ -62,4 +69,5 @@ __all__ = [
     "release_by_device",
     "saved_model_to_keras",
     "strategies",
+    "variable_leaves",
 ]

@@ -86,9 +86,14 @@ def tf_variable(variable: Any) -> Any:
 
 def model_leaves(model: keras.Model) -> list[BaseResourceVariable]:
     """Every leaf resource variable of the model, each once."""
+    return variable_leaves(keras_variables(model))
+
+
+def variable_leaves(variables: Iterable[Any]) -> list[BaseResourceVariable]:
+    """Every leaf resource variable behind ``variables``, each once, in order."""
     seen: set[int] = set()
     found = []
-    for variable in keras_variables(model):
+    for variable in variables:
         for leaf in leaves(variable):
             if id(leaf) not in seen:
                 seen.add(id(leaf))

@@ -9,6 +9,7 @@ worker has reached it, with a timeout.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import keras
@@ -18,7 +19,14 @@ from tensorflow.python.distribute import collective_all_reduce_strategy, sharded
 from ._internal import internal
 from ._resources import keras_variables, tf_variable
 
-__all__ = ["NUM_WORKERS", "barrier", "is_sharded", "needs_barrier", "strategy_of"]
+__all__ = [
+    "NUM_WORKERS",
+    "barrier",
+    "is_sharded",
+    "needs_barrier",
+    "strategy_of",
+    "variables_strategy",
+]
 
 #: Where ``CollectiveAllReduceExtended`` keeps the number of workers.
 NUM_WORKERS = "_num_workers"
@@ -26,7 +34,16 @@ NUM_WORKERS = "_num_workers"
 
 def strategy_of(model: keras.Model) -> tf.distribute.Strategy | None:
     """The strategy the model's variables were created under, if any."""
-    for variable in keras_variables(model):
+    return variables_strategy(keras_variables(model))
+
+
+def variables_strategy(variables: Iterable[Any]) -> tf.distribute.Strategy | None:
+    """The strategy the first of ``variables`` that has one was created under, if any.
+
+    Args:
+        variables: Keras variables, as ``keras_variables(model)`` returns them.
+    """
+    for variable in variables:
         inner = tf_variable(variable)
         if inner is None:
             continue
