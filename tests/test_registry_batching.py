@@ -101,8 +101,10 @@ def test_named_inputs_and_the_infer_path_batch_too():
 
 
 def test_a_bad_request_fails_alone_and_the_others_succeed():
+    # One batch at a time, each waiting for the others: the bad ids share their batch.
+    merging = lc.BatchingPolicy(max_batch_size=8, batch_timeout_micros=100_000, num_batch_threads=1)
     with lc.ModelRegistry() as registry:
-        registry.load("ids", 1, embedding, batching=POLICY)
+        registry.load("ids", 1, embedding, batching=merging)
 
         def request(c: int, j: int) -> str | None:
             if c == 0 and j % 5 == 0:  # an id the embedding's own gather refuses
