@@ -43,7 +43,9 @@ serve
     request timed by Locust (send to body read); a request fails if it raises,
     is not answered 200 or is still unanswered at the end, in the warm-up too.
     *on*'s requests per batch is the change of the version's batching counters
-    in the admin API (``GET /v1/admin/models/mlp``) over the measured window.
+    in the admin API (``GET /v1/admin/models/mlp``) over the measured window;
+    the server's CPU time per request and the load generator's CPU share over
+    the window are shown too (psutil, as in ``serve.py``).
     The servers stay up; each of ``--rounds`` rounds runs, per N, the *off* and
     the *on* phase back to back, in an order alternating between rounds.
 
@@ -102,8 +104,8 @@ HEADER = [
     "failed requests",
 ]
 RATIO_HEADER = ["clients", "throughput on/off", "p50 on/off", "p99 on/off"]
-# The server part's table: the columns above and the load generator's CPU.
-SERVE_HEADER = [*HEADER, "load gen CPU %"]
+# The server part's table: the columns above, the server's and the load generator's CPU.
+SERVE_HEADER = [*HEADER, "server CPU ms/request", "load gen CPU %"]
 # The admin API path of the served model's versions (their batching counters).
 ADMIN_STATUS_PATH = f"/v1/admin/models/{serve.MODEL_NAME}"
 
@@ -277,6 +279,7 @@ def serve_phase(
         "requests_per_batch": None if window is None else window.requests_per_batch(),
         "failed_requests": result["failed"],
         "errors": result["errors"],
+        "server_cpu_ms": result["server_cpu_ms_per_request"],
         "load_cpu_percent": 100 * result["load_cpu_share"],
         "load_cpu_warning": result["load_cpu_warning"],
     }
@@ -364,9 +367,9 @@ def ratios(rounds: list[dict[str, Any]], clients: int, key: str) -> list[float]:
 
 
 def table_rows(
-    rounds: list[dict[str, Any]], clients: list[int], load_gen: bool = False
+    rounds: list[dict[str, Any]], clients: list[int], served: bool = False
 ) -> list[list[str]]:
-    """One row per (N, off/on); with ``load_gen``, the load generator's CPU last."""
+    """One row per (N, off/on); if ``served``, the server's and the load generator's CPU last."""
     rows = []
     for count in clients:
         for mode in MODES:
@@ -379,7 +382,8 @@ def table_rows(
                 spread(values(phases, "requests_per_batch"), ".1f") if mode == "on" else "-",
                 str(sum(p["failed_requests"] for p in phases)) if phases else "FAILED",
             ]
-            if load_gen:
+            if served:
+                row.append(spread(values(phases, "server_cpu_ms"), ".2f"))
                 row.append(spread(values(phases, "load_cpu_percent"), ".0f"))
             rows.append(row)
     return rows
@@ -479,6 +483,7 @@ SERVE_LEGEND = [
     "each cell: median over rounds (min-max); failed requests: the sum over rounds,",
     "  warm-ups included; latencies timed by Locust (send to body read)",
     "requests/batch: change of the on server's batching counters (admin API) over the window",
+    "server CPU: the server process's user+system time over the window / requests",
     "load gen CPU %: the Locust child's CPU time over the window, % of one core",
 ]
 
@@ -508,7 +513,7 @@ def run_parent(args: argparse.Namespace) -> int:
         legend = list(SERVE_LEGEND)
         if any(p["load_cpu_warning"] for r in served for p in r.values()):
             legend.append("Locust warned that its CPU use was over 90 %: it limited some phases")
-        table = (SERVE_HEADER, table_rows(served, args.clients, load_gen=True))
+        table = (SERVE_HEADER, table_rows(served, args.clients, served=True))
         title = "through lifecycle serve (TF Serving REST :predict):"
         print_part(title, table, legend, served, args.clients)
     print(f"\nload average at the end: {serve.load_average()}")
