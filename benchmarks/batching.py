@@ -1,48 +1,96 @@
-"""Request batching benchmark: N concurrent batch-1 clients, registry batching off and on.
+"""Request batching benchmark: N concurrent batch-1 clients, batching off and on.
 
-The served MLP of ``hot_swap.py`` (Input(256) -> Dense(units, relu) ->
+Two parts (``--parts``, both by default), each comparing batching off and on
+for every client count N of ``--clients`` (1, 4, 16), with the same model:
+the served MLP of ``hot_swap.py`` (Input(256) -> Dense(units, relu) ->
 Dense(units, relu) -> Dense(16), no optimizer; ``--units 2048`` gives 4.76M
-params) is loaded twice into one ``lc.ModelRegistry``: once plainly (*off*) and
-once with ``batching=lc.BatchingPolicy(max_batch_size=32,
-allowed_batch_sizes=(1, 2, 4, 8, 16, 32))`` (*on*, no batch timeout;
-``--allowed-batch-sizes ""`` for no padding). For each client count N of
-``--clients`` (1, 4, 16), N threads call ``registry.predict(name, x)`` with
-one row back to back, first for
-``--warmup`` seconds unmeasured, then for ``--seconds`` seconds, each request
-timed with ``time.perf_counter_ns``; every exception a request raises counts as
-a failed request. For *on*, the mean requests per batch is the change of the
-version's ``BatchingStatistics`` over the measured seconds.
+params). Batching *on* is ``max_batch_size=32``, padded up to
+``--allowed-batch-sizes`` (1,2,4,8,16,32; ``""`` for no padding), no batch
+timeout; *off* is no batching.
 
-Rounds: the machine is shared and drifts, so each of ``--rounds`` rounds is one
-child process that measures every (N, off/on) phase, off and on of one N back
-to back, with the order of off and on alternating between rounds. One child per
-round rather than per phase: a phase only starts and joins threads, while a
-child pays a TensorFlow import and two loads with warm-ups; with both variants
-in one child, off and on of one N run seconds apart and see nearly the same
-machine. The ratios on/off are taken per round and their median reported.
+in-process
+    The MLP is loaded twice into one ``lc.ModelRegistry``: once plainly (*off*)
+    and once with ``batching=lc.BatchingPolicy(max_batch_size=32,
+    allowed_batch_sizes=...)`` (*on*). N threads call
+    ``registry.predict(name, x)`` with one row back to back, first for
+    ``--warmup`` seconds unmeasured, then for ``--seconds`` seconds, each
+    request timed with ``time.perf_counter_ns``; every exception a request
+    raises counts as a failed request. For *on*, the mean requests per batch is
+    the change of the version's ``BatchingStatistics`` over the measured
+    seconds.
 
-Run::
+    Rounds: each of ``--rounds`` rounds is one child process that measures
+    every (N, off/on) phase, off and on of one N back to back, with the order
+    of off and on alternating between rounds. One child per round rather than
+    per phase: a phase only starts and joins threads, while a child pays a
+    TensorFlow import and two loads with warm-ups; with both variants in one
+    child, off and on of one N run seconds apart and see nearly the same
+    machine.
 
-    python benchmarks/batching.py
+serve
+    The MLP is written once by ``model.export()`` (a SavedModel) as version 1
+    of two base paths, and two ``lifecycle serve`` processes on 127.0.0.1
+    serve it, started and stopped as ``serve.py`` does (the ``lifecycle``
+    command line in a subprocess, free ports, ready once the benchmark's
+    request is answered, stopped by PID): *off* plainly, *on* with
+    ``--enable_batching --max_batch_size 32 --allowed_batch_sizes ...`` (the
+    batching flags apply to every model of a server, hence two servers). Both
+    run with ``--file_system_poll_wait_seconds 0`` and ``--port 0`` (no version
+    polling, no gRPC). The load is ``serve.py``'s: per phase, a Locust child
+    with N ``FastHttpUser``s and no wait time sending the TensorFlow Serving
+    REST request ``POST /v1/models/mlp:predict`` with ``{"instances": [[256
+    floats]]}``, ``--warmup`` seconds, then ``--seconds`` measured; each
+    request timed by Locust (send to body read); a request fails if it raises,
+    is not answered 200 or is still unanswered at the end, in the warm-up too.
+    *on*'s requests per batch is the change of the version's batching counters
+    in the admin API (``GET /v1/admin/models/mlp``) over the measured window;
+    the server's CPU time per request and the load generator's CPU share over
+    the window are shown too (psutil, as in ``serve.py``).
+    The servers stay up; each of ``--rounds`` rounds runs, per N, the *off* and
+    the *on* phase back to back, in an order alternating between rounds.
+
+Each part prints a table (per N and off/on: median over rounds with min-max)
+and the ratios on/off, taken within each round, then their median and
+min-max, and checks the targets: with 16 clients, throughput on/off >= 2.5x
+and p50 on/off <= 1.2x; with 1 client, throughput on/off >= 0.95x.
+
+The serve part needs the server's and the load generator's extras::
+
+    pip install -e '.[serve,bench,loadtest]'
+
+Run (from the repository root)::
+
+    python benchmarks/batching.py      # both parts, 6 rounds of 4 s phases: ~10 min
+    python benchmarks/batching.py --parts in-process
+    # a quick look, ~1.5 min:
     python benchmarks/batching.py --rounds 1 --seconds 1 --units 256 --clients 1,4
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import importlib.util
+import json
+import shutil
+import signal
 import statistics
 import sys
+import tempfile
 import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import _harness
+import serve
 from _harness import MIB, ChildOutcome, fmt
 from hot_swap import INPUT_DIM, OUTPUTS, RequestThreads, build_mlp, mlp_params, percentiles_us
 
 # The order of off and on in a round; rounds alternate between the two.
 VARIANTS = ("off-first", "on-first")
 MODES = ("off", "on")
+PARTS = ("in-process", "serve")
 MAX_BATCH_SIZE = 32
 ALLOWED_BATCH_SIZES = "1,2,4,8,16,32"
 # The issue's targets: (clients, throughput ratio at least, p50 ratio at most).
@@ -56,6 +104,10 @@ HEADER = [
     "failed requests",
 ]
 RATIO_HEADER = ["clients", "throughput on/off", "p50 on/off", "p99 on/off"]
+# The server part's table: the columns above, the server's and the load generator's CPU.
+SERVE_HEADER = [*HEADER, "server CPU ms/request", "load gen CPU %"]
+# The admin API path of the served model's versions (their batching counters).
+ADMIN_STATUS_PATH = f"/v1/admin/models/{serve.MODEL_NAME}"
 
 
 # --------------------------------------------------------------------------- child
@@ -132,7 +184,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"variant": variant, "model_bytes": model_bytes, "phases": phases}
 
 
-# -------------------------------------------------------------------------- parent
+# ------------------------------------------------------------- parent: in-process
 
 
 def child_options(args: argparse.Namespace) -> list[str]:
@@ -154,6 +206,140 @@ def run_rounds(args: argparse.Namespace) -> list[ChildOutcome]:
         print(f"  {status} in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
         outcomes.append(outcome)
     return outcomes
+
+
+# ------------------------------------------------------------------ parent: serve
+
+
+def server_flags(mode: str, args: argparse.Namespace) -> list[str]:
+    """The flags of the *off* or *on* server beyond ``serve.py``'s (ports, model, base path)."""
+    flags = ["--file_system_poll_wait_seconds", "0"]
+    if mode == "on":
+        flags += ["--enable_batching", "--max_batch_size", str(MAX_BATCH_SIZE)]
+        if args.allowed_batch_sizes:
+            flags += ["--allowed_batch_sizes", ",".join(map(str, args.allowed_batch_sizes))]
+    return flags
+
+
+def batching_counters(url: str) -> tuple[int, int] | None:
+    """``(batches, requests)`` of the served version (admin API); None if it does not batch."""
+    try:
+        with urllib.request.urlopen(url + ADMIN_STATUS_PATH, timeout=10.0) as response:
+            body = json.loads(response.read())
+        stats = body["versions"][0]["batching"]
+    except (OSError, ValueError, KeyError, IndexError) as error:
+        raise RuntimeError(f"reading the batching counters at {url} failed: {error!r}") from error
+    return None if stats is None else (stats["batches"], stats["requests"])
+
+
+@dataclass
+class BatchingWindow:
+    """The *on* server's batching counters as a measured window opens and closes.
+
+    A ``serve.PhaseWindow`` for ``serve.run_phase``.
+    """
+
+    url: str
+    opened: tuple[int, int] | None = None
+    closed: tuple[int, int] | None = None
+
+    def start(self) -> None:
+        self.opened = batching_counters(self.url)
+
+    def close_window(self) -> None:
+        self.closed = batching_counters(self.url)
+
+    def stop(self) -> None:
+        pass
+
+    def requests_per_batch(self) -> float | None:
+        if self.opened is None or self.closed is None:
+            return None
+        batches = self.closed[0] - self.opened[0]
+        return (self.closed[1] - self.opened[1]) / batches if batches else None
+
+
+def microseconds(ms: float | None) -> float | None:
+    return None if ms is None else 1000 * ms
+
+
+def serve_phase(
+    server: serve.Server, clients: int, args: argparse.Namespace, logs: Path
+) -> dict[str, Any]:
+    """One Locust phase of ``clients`` users against ``server``; keys as in-process phases'."""
+    window = BatchingWindow(server.url) if server.variant == "on" else None
+    phase_args = argparse.Namespace(
+        clients=clients, seconds=args.seconds, warmup=args.warmup, timeout=args.timeout
+    )
+    result = serve.run_phase(server, phase_args, logs, window)
+    return {
+        "requests_per_second": result["requests_per_second"],
+        "p50_us": microseconds(result["p50_ms"]),
+        "p99_us": microseconds(result["p99_ms"]),
+        "requests_per_batch": None if window is None else window.requests_per_batch(),
+        "failed_requests": result["failed"],
+        "errors": result["errors"],
+        "server_cpu_ms": result["server_cpu_ms_per_request"],
+        "load_cpu_percent": 100 * result["load_cpu_share"],
+        "load_cpu_warning": result["load_cpu_warning"],
+    }
+
+
+def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> list[serve.Server]:
+    """Export the MLP as version 1 of two base paths; start the *off* and *on* servers."""
+    template = work / "model"
+    print("exporting the model for the servers ...", file=sys.stderr, flush=True)
+    exported = _harness.spawn_child(
+        serve.__file__, "export", ["--units", str(args.units), "--out", str(template)], args.timeout
+    )
+    if exported.result is None:
+        raise RuntimeError(f"exporting the model failed: {exported.error}")
+    servers = []
+    for mode, port in zip(MODES, serve.free_ports(len(MODES)), strict=True):
+        base = work / f"base-{mode}"
+        shutil.copytree(template, base / "1")
+        flags = server_flags(mode, args)
+        servers.append(serve.start_server(mode, port, template, base, 0.0, logs, flags))
+    return servers
+
+
+def run_serve_rounds(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str | None]:
+    """The server part: each round's phases (keys ``"N/mode"``), and why it failed if it did.
+
+    Every server started is stopped at the end (by its PID), also on error; the
+    logs are kept on failure.
+    """
+    work = Path(tempfile.mkdtemp(prefix="lifecycle-batching-bench-"))
+    logs = work / "logs"
+    logs.mkdir()
+    servers: list[serve.Server] = []
+    rounds: list[dict[str, Any]] = []
+    try:
+        servers = start_servers(args, work, logs)
+        for server in servers:
+            seconds = serve.wait_ready(server, args.timeout)
+            print(f"server {server.variant} ready after {seconds:.1f} s", file=sys.stderr)
+        by_mode = {s.variant: s for s in servers}
+        for index in range(args.rounds):
+            phases: dict[str, Any] = {}
+            rounds.append(phases)
+            for clients in args.clients:
+                for mode in MODES if index % 2 == 0 else MODES[::-1]:
+                    print(
+                        f"serve round {index + 1}/{args.rounds}: {clients} / {mode} ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    phases[f"{clients}/{mode}"] = serve_phase(by_mode[mode], clients, args, logs)
+    except RuntimeError as error:
+        return rounds, f"{error}\nlogs and models kept in {work}"
+    finally:
+        serve.stop_processes([s.process for s in servers])
+    shutil.rmtree(work, ignore_errors=True)
+    return rounds, None
+
+
+# ----------------------------------------------------------------- parent: report
 
 
 def spread(values: list[float], spec: str, suffix: str = "") -> str:
@@ -180,21 +366,26 @@ def ratios(rounds: list[dict[str, Any]], clients: int, key: str) -> list[float]:
     return found
 
 
-def table_rows(rounds: list[dict[str, Any]], clients: list[int]) -> list[list[str]]:
+def table_rows(
+    rounds: list[dict[str, Any]], clients: list[int], served: bool = False
+) -> list[list[str]]:
+    """One row per (N, off/on); if ``served``, the server's and the load generator's CPU last."""
     rows = []
     for count in clients:
         for mode in MODES:
             phases = [r[f"{count}/{mode}"] for r in rounds if f"{count}/{mode}" in r]
-            rows.append(
-                [
-                    f"{count} / {mode}",
-                    spread(values(phases, "requests_per_second"), ",.0f"),
-                    spread(values(phases, "p50_us"), ".0f"),
-                    spread(values(phases, "p99_us"), ".0f"),
-                    spread(values(phases, "requests_per_batch"), ".1f") if mode == "on" else "-",
-                    str(sum(p["failed_requests"] for p in phases)) if phases else "FAILED",
-                ]
-            )
+            row = [
+                f"{count} / {mode}",
+                spread(values(phases, "requests_per_second"), ",.0f"),
+                spread(values(phases, "p50_us"), ".0f"),
+                spread(values(phases, "p99_us"), ".0f"),
+                spread(values(phases, "requests_per_batch"), ".1f") if mode == "on" else "-",
+                str(sum(p["failed_requests"] for p in phases)) if phases else "FAILED",
+            ]
+            if served:
+                row.append(spread(values(phases, "server_cpu_ms"), ".2f"))
+                row.append(spread(values(phases, "load_cpu_percent"), ".0f"))
+            rows.append(row)
     return rows
 
 
@@ -211,7 +402,7 @@ def ratio_rows(rounds: list[dict[str, Any]], clients: list[int]) -> list[list[st
 
 
 def target_lines(rounds: list[dict[str, Any]], clients: list[int]) -> list[str]:
-    """Whether each of the issue's targets is met by the median ratios measured."""
+    """Whether each of the issue's targets is met by the median ratios; failed requests."""
     lines = []
     for count, throughput_min, p50_max in TARGETS:
         if count not in clients:
@@ -222,7 +413,7 @@ def target_lines(rounds: list[dict[str, Any]], clients: list[int]) -> list[str]:
             lines.append(f"  {count} clients: not measured")
             continue
         checks = [("throughput", statistics.median(throughput), throughput_min, ">=")]
-        if p50_max is not None:
+        if p50_max is not None and p50:
             checks.append(("p50", statistics.median(p50), p50_max, "<="))
         for label, value, bound, op in checks:
             met = value >= bound if op == ">=" else value <= bound
@@ -230,54 +421,105 @@ def target_lines(rounds: list[dict[str, Any]], clients: list[int]) -> list[str]:
                 f"  {count} clients, {label} on/off {op} {bound:g}x: "
                 f"{'met' if met else 'MISSED'} (median {value:.3f}x)"
             )
+    failed = sum(p["failed_requests"] for phases in rounds for p in phases.values())
+    lines.append(f"  no failed request: {'met' if failed == 0 else 'MISSED'} ({failed} failed)")
     return lines
 
 
-def describe_run(args: argparse.Namespace, load_before: float, load_after: float) -> list[str]:
-    params = mlp_params(args.units)
-    return [
-        *_harness.machine_lines(),
-        f"load:     1-minute load average {load_before:.2f} before, {load_after:.2f} after",
-        f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params "
-        f"({params * 4 / MIB:.1f} MiB weights); N client threads calling "
-        "registry.predict(name, x) with 1 row back to back",
-        f"batching: on = BatchingPolicy(max_batch_size={MAX_BATCH_SIZE}, "
-        f"allowed_batch_sizes={args.allowed_batch_sizes}), no timeout; off = no policy",
-        f"rounds:   {args.rounds} child processes, each measuring every phase for "
-        f"{args.seconds:g} s after {args.warmup:g} s of warm-up, off and on of one N back "
-        "to back, their order alternating between rounds",
-    ]
-
-
-def run_parent(args: argparse.Namespace) -> int:
-    load_before = os.getloadavg()[0]
-    outcomes = run_rounds(args)
-    load_after = os.getloadavg()[0]
-    rounds = [o.result["phases"] for o in outcomes if o.result is not None]
-
-    legend = [
-        "each cell: median over rounds (min-max); failed requests: the sum over rounds",
-        "requests/batch: requests served per call of the model while measuring (on only)",
-    ]
-    _harness.print_report(
-        describe_run(args, load_before, load_after),
-        HEADER,
-        table_rows(rounds, args.clients),
-        legend,
-    )
+def print_part(
+    title: str,
+    table: tuple[list[str], list[list[str]]],
+    legend: list[str],
+    rounds: list[dict[str, Any]],
+    clients: list[int],
+) -> None:
+    """One part's title, table (header, rows) and legend, the on/off ratios and the targets."""
+    print(f"\n{title}\n")
+    print(_harness.render_table(*table))
     print()
-    print(_harness.render_table(RATIO_HEADER, ratio_rows(rounds, args.clients)))
+    print("\n".join(legend))
+    print()
+    print(_harness.render_table(RATIO_HEADER, ratio_rows(rounds, clients)))
     print()
     print("ratios: on over off of the same round, median over rounds (min-max)")
     print("targets:")
-    print("\n".join(target_lines(rounds, args.clients)))
+    print("\n".join(target_lines(rounds, clients)))
     errors = [e for r in rounds for p in r.values() for e in p["errors"]]
     if errors:
         print(f"errors: {errors[:5]}")
-    failed = [o for o in outcomes if o.error is not None]
-    for outcome in failed:
-        print(f"\nround ({outcome.variant}) failed: {outcome.error}", file=sys.stderr)
-    return 1 if failed else 0
+
+
+def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
+    params = mlp_params(args.units)
+    lines = [
+        *_harness.machine_lines(),
+        f"load:     uptime load average {load_start} at the start",
+        f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params "
+        f"({params * 4 / MIB:.1f} MiB weights); N clients sending 1 row back to back",
+        f"batching: on = max_batch_size {MAX_BATCH_SIZE}, allowed batch sizes "
+        f"{args.allowed_batch_sizes or 'none (no padding)'}, no timeout; off = none",
+        f"rounds:   {args.rounds} per part, each measuring every phase for {args.seconds:g} s "
+        f"after {args.warmup:g} s of warm-up, off and on of one N back to back, their order "
+        "alternating between rounds",
+    ]
+    if "in-process" in args.parts:
+        lines.append(
+            "in-process: a child process per round; N threads calling registry.predict(name, x)"
+            "; on: BatchingPolicy(...), off: no policy"
+        )
+    if "serve" in args.parts:
+        lines.append(
+            "serve:    two `lifecycle serve` processes on a model.export() SavedModel, on with "
+            "--enable_batching; N Locust FastHttpUsers, no wait, batch-1 REST :predict"
+        )
+    return lines
+
+
+IN_PROCESS_LEGEND = [
+    "each cell: median over rounds (min-max); failed requests: the sum over rounds",
+    "requests/batch: requests served per call of the model while measuring (on only)",
+]
+SERVE_LEGEND = [
+    "each cell: median over rounds (min-max); failed requests: the sum over rounds,",
+    "  warm-ups included; latencies timed by Locust (send to body read)",
+    "requests/batch: change of the on server's batching counters (admin API) over the window",
+    "server CPU: the server process's user+system time over the window / requests",
+    "load gen CPU %: the Locust child's CPU time over the window, % of one core",
+]
+
+
+def run_parent(args: argparse.Namespace) -> int:
+    # SIGTERM ends the run through the server part's `finally`, which stops the servers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    load_start = serve.load_average()
+    failures: list[str] = []
+    in_process: list[dict[str, Any]] = []
+    if "in-process" in args.parts:
+        outcomes = run_rounds(args)
+        in_process = [o.result["phases"] for o in outcomes if o.result is not None]
+        failures += [f"round ({o.variant}) failed: {o.error}" for o in outcomes if o.error]
+    served: list[dict[str, Any]] = []
+    if "serve" in args.parts:
+        served, error = run_serve_rounds(args)
+        if error is not None:
+            failures.append(f"server part failed: {error}")
+
+    print("\n".join(describe_run(args, load_start)))
+    if "in-process" in args.parts:
+        table = (HEADER, table_rows(in_process, args.clients))
+        title = "in-process (registry.predict):"
+        print_part(title, table, IN_PROCESS_LEGEND, in_process, args.clients)
+    if "serve" in args.parts:
+        legend = list(SERVE_LEGEND)
+        if any(p["load_cpu_warning"] for r in served for p in r.values()):
+            legend.append("Locust warned that its CPU use was over 90 %: it limited some phases")
+        table = (SERVE_HEADER, table_rows(served, args.clients, served=True))
+        title = "through lifecycle serve (TF Serving REST :predict):"
+        print_part(title, table, legend, served, args.clients)
+    print(f"\nload average at the end: {serve.load_average()}")
+    for failure in failures:
+        print(f"\n{failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 # ---------------------------------------------------------------------------- main
@@ -302,7 +544,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--warmup", type=float, default=1.0, help="unmeasured seconds before each phase"
     )
-    parser.add_argument("--rounds", type=int, default=6, help="rounds (child processes)")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}"
+    )
+    parser.add_argument("--rounds", type=int, default=6, help="rounds of each part")
     parser.add_argument(
         "--clients", default="1,4,16", help="comma-separated numbers of client threads"
     )
@@ -326,6 +571,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if sizes and (sizes != sorted(sizes) or sizes[-1] != MAX_BATCH_SIZE):
         parser.error(f"--allowed-batch-sizes must ascend to {MAX_BATCH_SIZE}; got {sizes}")
     args.allowed_batch_sizes = tuple(sizes)
+    args.parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not args.parts or not set(args.parts) <= set(PARTS):
+        parser.error(f"--parts takes a subset of {','.join(PARTS)}; got {args.parts}")
+    if args.variant is None and "serve" in args.parts:
+        missing = [m for m in ("locust", "uvicorn") if importlib.util.find_spec(m) is None]
+        if missing:
+            parser.error(
+                f"the serve part needs {', '.join(missing)}: pip install -e "
+                "'.[serve,bench,loadtest]', or run --parts in-process"
+            )
     return args
 
 

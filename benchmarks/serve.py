@@ -86,9 +86,10 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import _harness
 from _harness import MIB, RESULT_PREFIX, fmt
@@ -290,12 +291,16 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def label(self) -> str:
+        """The variant's name in the report (the variant itself if it has none)."""
+        return LABELS.get(self.variant, self.variant)
+
     def check_alive(self) -> None:
         code = self.process.poll()
         if code is not None:
             raise RuntimeError(
-                f"server {LABELS[self.variant]} exited with code {code}; log: {self.log}\n"
-                + tail(self.log)
+                f"server {self.label} exited with code {code}; log: {self.log}\n" + tail(self.log)
             )
 
 
@@ -325,7 +330,10 @@ def child_environment() -> dict[str, str]:
     return env
 
 
-def server_command(variant: str, port: int, model: Path, base: Path, poll_wait: float) -> list[str]:
+def server_command(
+    variant: str, port: int, model: Path, base: Path, poll_wait: float, extra: Sequence[str] = ()
+) -> list[str]:
+    """The command of a server: (a) the hand-written one, else ``lifecycle serve`` + ``extra``."""
     if variant == "a":
         script = str(Path(__file__).resolve())
         command = [sys.executable, script, "--variant", "handwritten", "--model", str(model)]
@@ -335,16 +343,22 @@ def server_command(variant: str, port: int, model: Path, base: Path, poll_wait: 
     command += ["--model_base_path", str(base)]
     if variant == "c":
         command += ["--file_system_poll_wait_seconds", str(poll_wait)]
-    return command
+    return [*command, *extra]
 
 
 def start_server(
-    variant: str, port: int, model: Path, base: Path, poll_wait: float, logs: Path
+    variant: str,
+    port: int,
+    model: Path,
+    base: Path,
+    poll_wait: float,
+    logs: Path,
+    extra: Sequence[str] = (),
 ) -> Server:
     log = logs / f"server-{variant}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            server_command(variant, port, model, base, poll_wait),
+            server_command(variant, port, model, base, poll_wait, extra),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -375,7 +389,7 @@ def wait_ready(server: Server, timeout: float) -> float:
             pass  # not listening yet (the port opens once the model is loaded)
         if time.perf_counter() - started > timeout:
             raise RuntimeError(
-                f"server {LABELS[server.variant]} not ready after {timeout:g} s; log: "
+                f"server {server.label} not ready after {timeout:g} s; log: "
                 f"{server.log}\n{tail(server.log)}"
             )
         time.sleep(0.25)
@@ -493,13 +507,27 @@ class VersionWriter:
 # ------------------------------------------------------------- parent: load phases
 
 
+class PhaseWindow(Protocol):
+    """What runs along a load phase's measured window, such as a :class:`VersionWriter`."""
+
+    def start(self) -> None:
+        """The measured window has opened."""
+
+    def close_window(self) -> None:
+        """The measured window has closed."""
+
+    def stop(self) -> None:
+        """The load phase has ended (also on error); raise if the window's work failed."""
+
+
 def run_phase(
-    server: Server, args: argparse.Namespace, logs: Path, writer: VersionWriter | None
+    server: Server, args: argparse.Namespace, logs: Path, writer: PhaseWindow | None
 ) -> dict[str, Any]:
     """One load phase against ``server``, in a Locust child; its result.
 
     The server's CPU time is read when the child's measured window opens and
-    closes; ``writer`` (if any) writes versions during the window.
+    closes; ``writer`` (if any) is told when the window opens and closes, and
+    when the phase ends (a :class:`VersionWriter` writes versions meanwhile).
     """
     import psutil
 
@@ -548,7 +576,7 @@ def run_phase(
     server.check_alive()
     if code != 0 or result is None:
         raise RuntimeError(
-            f"load phase against {LABELS[server.variant]} failed (exit code {code}"
+            f"load phase against {server.label} failed (exit code {code}"
             f"{', no result line' if result is None else ''}); log: {log}\n{tail(log)}"
         )
     result["server_cpu_ms_per_request"] = (

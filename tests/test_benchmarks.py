@@ -125,27 +125,42 @@ def test_sweep_benchmark_compares_managed_with_plain():
     assert any("cleaner trims" in line for line in lines)
 
 
+def check_batching_part(lines: list[str], served: bool) -> None:
+    """One part of the batching benchmark's report: its table, ratios and targets."""
+    rows = {line.split("  ")[0].strip(): line.split() for line in lines if " / o" in line}
+    assert set(rows) == {"1 / off", "1 / on", "4 / off", "4 / on"}, lines
+    # Failed requests, then (served only) the server's and the load generator's CPU.
+    failed = -5 if served else -1
+    for label, cells in rows.items():
+        assert cells[failed] == "0", (label, cells)
+        assert float(cells[3].replace(",", "")) > 0, (label, cells)  # requests/s
+        if served:
+            assert float(cells[-4]) > 0 and float(cells[-2]) > 0, (label, cells)
+    # Batching on reports its requests per batch (median, then spread), off a dash.
+    on, off = rows["4 / on"], rows["4 / off"]
+    assert float(on[failed - 2]) >= 1.0 and on[failed - 1].startswith("("), on
+    assert off[failed - 1] == "-", off
+    # The ratio table: clients, then on/off ratios such as "1.23x (1.01-1.40x)".
+    ratio_rows = [cells for cells in map(str.split, lines) if cells[1:2] and cells[1][-1] == "x"]
+    assert [row[0] for row in ratio_rows] == ["1", "4"], lines
+    assert all(row[1].endswith("x") and float(row[1][:-1]) > 0 for row in ratio_rows)
+    assert any(line.startswith("  1 clients, throughput on/off >= 0.95x: ") for line in lines)
+    assert "  no failed request: met (0 failed)" in lines
+
+
 @pytest.mark.subprocess
 @pytest.mark.slow
-def test_batching_benchmark_measures_off_and_on_without_failed_requests():
+def test_batching_benchmark_measures_off_and_on_in_process_and_served():
     lines = run_benchmark(
         "batching.py",
         *("--rounds", "1", "--seconds", "1", "--warmup", "0.5"),
         *("--units", "256", "--clients", "1,4"),
     )
-    rows = {line.split("  ")[0].strip(): line.split() for line in lines if " / o" in line}
-    assert set(rows) == {"1 / off", "1 / on", "4 / off", "4 / on"}, lines
-    for label, cells in rows.items():
-        assert cells[-1] == "0", (label, cells)  # failed requests
-        assert float(cells[3].replace(",", "")) > 0, (label, cells)  # requests/s
-    # Batching on reports its requests per batch (median, then spread), off a dash.
-    assert float(rows["4 / on"][-3]) >= 1.0 and rows["4 / on"][-2].startswith("(")
-    assert rows["4 / off"][-2] == "-"
-    # The ratio table: clients, then on/off ratios such as "1.23x (1.01-1.40x)".
-    ratio_rows = [cells for cells in map(str.split, lines) if cells[1:2] and cells[1][-1] == "x"]
-    assert [row[0] for row in ratio_rows] == ["1", "4"]
-    assert all(row[1].endswith("x") and float(row[1][:-1]) > 0 for row in ratio_rows)
-    assert any(line.startswith("  1 clients, throughput on/off") for line in lines)
+    served = lines.index("through lifecycle serve (TF Serving REST :predict):")
+    in_process = lines.index("in-process (registry.predict):")
+    assert in_process < served, lines
+    check_batching_part(lines[in_process:served], served=False)
+    check_batching_part(lines[served:], served=True)
 
 
 @pytest.mark.subprocess
