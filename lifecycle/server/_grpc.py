@@ -157,7 +157,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         _check_signature_name(request.model_spec)
         wanted = list(request.output_filter)
         if wanted:
-            _, signature = self._service.signature(name, version, label)
+            signature = self._service.serving_signature(name, version, label)
             _check_outputs(wanted, [spec.name for spec in signature.outputs])
         inputs = {key: _ndarray(key, proto) for key, proto in request.inputs.items()}
         result = self._service.infer(name, inputs, version, label)

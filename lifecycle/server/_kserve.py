@@ -72,7 +72,7 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
 
     async def model_metadata(request: Request) -> Response:
         name, version = _model(request)
-        _, signature = await blocking(service.signature, name, version)
+        signature = await blocking(service.serving_signature, name, version)
         statuses = await blocking(service.versions, name)
         return json_response(
             {
@@ -161,7 +161,7 @@ def _infer(
 ) -> dict[str, Any]:
     if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
         raise BadRequestError("The request body must be an object with an 'inputs' list.")
-    _, signature = service.signature(name, version)
+    signature = service.serving_signature(name, version)
     inputs = {}
     for item in body["inputs"]:
         if not isinstance(item, dict) or not {"name", "shape", "datatype", "data"} <= set(item):

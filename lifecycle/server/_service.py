@@ -117,10 +117,23 @@ class ModelService:
         Raises:
             UnknownModelError: No such model, version or label.
         """
-        signature = self.registry.signature(name, version=version, label=label)
+        signature = self.serving_signature(name, version, label)
         if version is None:
             version = self._serving_version(name, label)
         return version, signature
+
+    def serving_signature(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> ServingSignature:
+        """The serving signature a request would get, without looking up which version that is.
+
+        Cheaper than :meth:`signature` (no status of the model's versions is
+        gathered): what a request path needs to read its inputs by name.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+        """
+        return self.registry.signature(name, version=version, label=label)
 
     def _serving_version(self, name: str, label: str | None) -> int:
         for status in self.registry.status(name):

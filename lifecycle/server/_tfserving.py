@@ -164,7 +164,7 @@ def _predict(
             "The request must have exactly one of 'instances' (row format) or "
             "'inputs' (columnar format)."
         )
-    _, signature = service.signature(name, version, label)
+    signature = service.serving_signature(name, version, label)
     names = [spec.name for spec in signature.inputs]
     rows = "instances" in body
     inputs = _from_rows(body["instances"], names) if rows else _from_columns(body["inputs"], names)
