@@ -109,6 +109,34 @@ class Rounds:
         """
         return per_round_ratios(self.per_round(over, metric), self.per_round(under, metric))
 
+    def cell(self, variant: str, metric: Metric, spec: str, suffix: str = "") -> str:
+        """A table cell: ``metric`` of ``variant`` over the rounds, ``median (min-max)``.
+
+        Args:
+            variant: The variant.
+            metric: A key of its results, or a function of a result.
+            spec: The format spec of each number (see :func:`fmt_spread`).
+            suffix: Text after the median.
+
+        Returns:
+            The formatted cell, ``"-"`` if no round measured it.
+        """
+        return fmt_spread(self.values(variant, metric), spec, suffix)
+
+    def ratio_cell(self, metric: Metric, over: str, under: str, spec: str = ".2f") -> str:
+        """A table cell: the per-round ratios ``over / under`` of ``metric``: ``1.01x (0.87-1.10)``.
+
+        Args:
+            metric: A key of the results, or a function of a result.
+            over: The numerator's variant.
+            under: The denominator's variant.
+            spec: The format spec of each ratio.
+
+        Returns:
+            The median of the per-round ratios with their range, ``"-"`` if none.
+        """
+        return fmt_spread(self.ratios(metric, over, under), spec, "x")
+
     def failed(self) -> list[tuple[int, ChildOutcome]]:
         """The failed children, each with its round number (from 1)."""
         return [
@@ -406,13 +434,26 @@ def print_report(
         notes: Lines under "per variant:"; the heading is left out when empty.
     """
     print("\n".join(description))
+    print_table(header, rows, legend)
+    if notes:
+        print("per variant:")
+        print("\n".join(notes))
+
+
+def print_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], legend: Sequence[str]
+) -> None:
+    """Print a blank line, a table, a blank line and the lines explaining it.
+
+    Args:
+        header: The table's column names.
+        rows: The table's rows.
+        legend: Lines explaining the columns.
+    """
     print()
     print(render_table(header, rows))
     print()
     print("\n".join(legend))
-    if notes:
-        print("per variant:")
-        print("\n".join(notes))
 
 
 def report_failures(outcomes: Mapping[str, ChildOutcome]) -> int:

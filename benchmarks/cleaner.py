@@ -487,19 +487,15 @@ def table_rows(rounds: _harness.Rounds) -> list[list[str]]:
         if not rounds.succeeded(variant):
             rows.append([LABELS[variant], "FAILED", *["-"] * (len(HEADER) - 2)])
             continue
-
-        def cell(metric: _harness.Metric, spec: str, variant: str = variant) -> str:
-            return _harness.fmt_spread(rounds.values(variant, metric), spec)
-
         rows.append(
             [
                 LABELS[variant],
-                cell("requests", ",.0f"),
-                cell("p50_us", ".0f"),
-                cell("p99_us", ".0f"),
-                cell("p999_us", ".0f"),
-                cell("max_ms", ".1f"),
-                _harness.fmt_spread(rounds.ratios("p99_us", variant, "naive"), ".2f", "x"),
+                rounds.cell(variant, "requests", ",.0f"),
+                rounds.cell(variant, "p50_us", ".0f"),
+                rounds.cell(variant, "p99_us", ".0f"),
+                rounds.cell(variant, "p999_us", ".0f"),
+                rounds.cell(variant, "max_ms", ".1f"),
+                rounds.ratio_cell("p99_us", variant, "naive"),
             ]
         )
     return rows
@@ -510,19 +506,15 @@ def gc_rows(rounds: _harness.Rounds) -> list[list[str]]:
     for variant in rounds.variants:
         if not rounds.succeeded(variant):
             continue
-
-        def cell(metric: _harness.Metric, spec: str, variant: str = variant) -> str:
-            return _harness.fmt_spread(rounds.values(variant, metric), spec)
-
         rows.append(
             [
                 LABELS[variant],
-                cell("gc_full_collections", ".0f"),
-                cell("cleaner_collections", ".0f"),
-                cell("gc_ms", ".0f"),
-                cell("gc_max_ms", ".0f"),
-                cell("rss_end_mib", ".0f"),
-                cell(lambda r: r["rss_end_mib"] - r["rss_start_mib"], "+.0f"),
+                rounds.cell(variant, "gc_full_collections", ".0f"),
+                rounds.cell(variant, "cleaner_collections", ".0f"),
+                rounds.cell(variant, "gc_ms", ".0f"),
+                rounds.cell(variant, "gc_max_ms", ".0f"),
+                rounds.cell(variant, "rss_end_mib", ".0f"),
+                rounds.cell(variant, lambda r: r["rss_end_mib"] - r["rss_start_mib"], "+.0f"),
             ]
         )
     return rows
@@ -576,9 +568,6 @@ def run_parent(args: argparse.Namespace) -> int:
         "             in the same round, median of the per-round ratios (min-max)",
     ]
     _harness.print_report(describe_run(args), HEADER, table_rows(rounds), legend)
-    print()
-    print(_harness.render_table(GC_HEADER, gc_rows(rounds)))
-    print()
     legend = [
         "full gcs:    generation-2 collections during the measurement, on any thread",
         "cleaner gcs: of those, run by the session's cleaner (session.statistics().cleaner)",
@@ -587,7 +576,7 @@ def run_parent(args: argparse.Namespace) -> int:
         "per variant:",
         *variant_notes(rounds),
     ]
-    print("\n".join(legend))
+    _harness.print_table(GC_HEADER, gc_rows(rounds), legend)
     return _harness.report_round_failures(rounds)
 
 

@@ -164,12 +164,6 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table_rows(rounds: _harness.Rounds, variants: Sequence[str]) -> list[list[str]]:
-    def cell(variant: str, key: str, spec: str = ".1f") -> str:
-        return _harness.fmt_spread(rounds.values(variant, key), spec)
-
-    def versus_mlp(name: str, key: str) -> str:
-        return _harness.fmt_spread(rounds.ratios(key, name, "mlp"), ".2f", "x")
-
     rows = []
     for name in MODELS:
         if name not in variants and f"plain-{name}" not in variants:
@@ -179,13 +173,13 @@ def table_rows(rounds: _harness.Rounds, variants: Sequence[str]) -> list[list[st
                 name,
                 _harness.fmt(median(rounds.values(name, "variables")), ".0f"),
                 _harness.fmt(median(rounds.values(name, "released_mib")), ".0f"),
-                cell(name, "dispose_ms"),
-                versus_mlp(name, "dispose_ms"),
-                cell(name, "release_ms"),
-                versus_mlp(name, "release_ms"),
-                cell(name, "auto_gc_ms"),
-                cell(name, "cleaner_ms"),
-                cell(f"plain-{name}", "plain_ms"),
+                rounds.cell(name, "dispose_ms", ".1f"),
+                rounds.ratio_cell("dispose_ms", name, "mlp"),
+                rounds.cell(name, "release_ms", ".1f"),
+                rounds.ratio_cell("release_ms", name, "mlp"),
+                rounds.cell(name, "auto_gc_ms", ".1f"),
+                rounds.cell(name, "cleaner_ms", ".1f"),
+                rounds.cell(f"plain-{name}", "plain_ms", ".1f"),
             ]
         )
     return rows

@@ -575,17 +575,13 @@ def table_rows(rounds: _harness.Rounds) -> list[list[str]]:
         if not results:
             rows.append([LABELS[variant], "FAILED", *["-"] * (len(HEADER) - 2)])
             continue
-
-        def cell(metric: _harness.Metric, spec: str, variant: str = variant) -> str:
-            return _harness.fmt_spread(rounds.values(variant, metric), spec)
-
         rows.append(
             [
                 LABELS[variant],
-                cell("requests_per_second", ",.0f"),
-                cell("p50_us", ".0f"),
-                cell("p99_us", ".0f"),
-                cell("swaps", ".0f"),
+                rounds.cell(variant, "requests_per_second", ",.0f"),
+                rounds.cell(variant, "p50_us", ".0f"),
+                rounds.cell(variant, "p99_us", ".0f"),
+                rounds.cell(variant, "swaps", ".0f"),
                 str(sum(r["failed_requests"] for r in results)),
             ]
         )
@@ -600,12 +596,10 @@ def ratio_rows(rounds: _harness.Rounds) -> list[list[str]]:
         rows.append(
             [
                 LABELS[variant],
-                _harness.fmt_spread(
-                    rounds.ratios("requests_per_second", variant, "direct"), ".2f", "x"
-                ),
-                _harness.fmt_spread(rounds.ratios("p99_us", variant, "registry"), ".2f", "x"),
-                _harness.fmt_spread(rounds.values(variant, peak_ratio), ".3f"),
-                _harness.fmt_spread(rounds.values(variant, drain_ratio), ".3f"),
+                rounds.ratio_cell("requests_per_second", variant, "direct"),
+                rounds.ratio_cell("p99_us", variant, "registry"),
+                rounds.cell(variant, peak_ratio, ".3f"),
+                rounds.cell(variant, drain_ratio, ".3f"),
             ]
         )
     return rows
@@ -704,23 +698,16 @@ def run_parent(args: argparse.Namespace) -> int:
         "summed over the rounds",
     ]
     _harness.print_report(describe_run(args), HEADER, table_rows(rounds), legend)
-    print()
-    print(_harness.render_table(RATIO_HEADER, ratio_rows(rounds)))
-    print()
-    print(
-        "\n".join(
-            [
-                "ratios: taken within each round, then their median (min-max)",
-                "vs direct: requests/s over direct's; p99 vs registry: p99 over the steady",
-                "           registry variant's",
-                "peak RSS / (old+new): highest RSS during the swaps / (RSS with one model + "
-                "its bytes)",
-                "RSS after drain / one model: RSS once one version is left / RSS with one model",
-                "per variant:",
-                *variant_notes(rounds),
-            ]
-        )
-    )
+    legend = [
+        "ratios: taken within each round, then their median (min-max)",
+        "vs direct: requests/s over direct's; p99 vs registry: p99 over the steady",
+        "           registry variant's",
+        "peak RSS / (old+new): highest RSS during the swaps / (RSS with one model + its bytes)",
+        "RSS after drain / one model: RSS once one version is left / RSS with one model",
+        "per variant:",
+        *variant_notes(rounds),
+    ]
+    _harness.print_table(RATIO_HEADER, ratio_rows(rounds), legend)
     return _harness.report_round_failures(rounds)
 
 

@@ -224,26 +224,17 @@ def table_rows(rounds: _harness.Rounds, dispose_mb: float) -> list[list[str]]:
         if not rounds.succeeded(variant):
             rows.append([label, "FAILED", *["-"] * 7])
             continue
-
-        def cell(metric: _harness.Metric, spec: str, variant: str = variant) -> str:
-            return _harness.fmt_spread(rounds.values(variant, metric), spec)
-
-        def versus(other: str, variant: str = variant) -> str:
-            return _harness.fmt_spread(
-                rounds.ratios("seconds_per_cycle", variant, other), ".2f", "x"
-            )
-
         rows.append(
             [
                 label,
-                cell("growth_mib_per_cycle", "+.2f"),
-                cell("seconds_per_cycle", ".3f"),
-                versus("b"),
-                versus("a"),
-                cell("drop_ms", ".1f"),
-                cell("release_ms", ".1f"),
-                cell("released_mib", ".1f"),
-                cell(lambda r: r["rss_mib"][-1] if "rss_mib" in r else None, ".0f"),
+                rounds.cell(variant, "growth_mib_per_cycle", "+.2f"),
+                rounds.cell(variant, "seconds_per_cycle", ".3f"),
+                rounds.ratio_cell("seconds_per_cycle", variant, "b"),
+                rounds.ratio_cell("seconds_per_cycle", variant, "a"),
+                rounds.cell(variant, "drop_ms", ".1f"),
+                rounds.cell(variant, "release_ms", ".1f"),
+                rounds.cell(variant, "released_mib", ".1f"),
+                rounds.cell(variant, lambda r: r["rss_mib"][-1] if "rss_mib" in r else None, ".0f"),
             ]
         )
     return rows
