@@ -1,12 +1,22 @@
 """Harness shared by the benchmark scripts: one child process per variant, one table.
 
 A benchmark script plays two roles. Run plainly, it is the parent: it re-invokes
-itself once per variant with ``--variant NAME`` (:func:`run_variants`), each in a
-fresh Python process so that one variant's leaks and caches cannot distort
-another's numbers, then prints the machine (:func:`machine_lines`) and a table
-(:func:`render_table`). Run with ``--variant``, it is a child: it measures that one
-variant and prints the result as a single ``RESULT <json>`` line on stdout
-(:func:`print_result`), which the parent parses.
+itself once per variant with ``--variant NAME``, each in a fresh Python process so
+that one variant's leaks and caches cannot distort another's numbers, then prints
+the machine (:func:`machine_lines`) and a table (:func:`render_table`). Run with
+``--variant``, it is a child: it measures that one variant and prints the result
+as a single ``RESULT <json>`` line on stdout (:func:`print_result`), which the
+parent parses.
+
+Rounds: the machine drifts (±15 % over minutes), so a variant run once, after
+another run once, compares two moments as much as two variants.
+:func:`run_rounds` runs ``--rounds`` rounds, each running every variant in a
+fresh child, the order rotating from round to round (A B C, B C A, C A B, ...),
+so that no variant always runs first or last. A ratio between two variants is
+taken within each round (:meth:`Rounds.ratios`), where drift mostly cancels, and
+reported as the median of the per-round ratios with their spread, min to max
+(:func:`fmt_spread`: ``1.01x (0.87-1.10)``); absolute values are reported the
+same way, as the median over the rounds (min-max).
 
 The scripts import this module as ``_harness`` (a script run directly has its own
 directory on ``sys.path``). Nothing here imports TensorFlow, so neither does the
@@ -20,6 +30,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -27,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 MIB = 1024 * 1024
 RESULT_PREFIX = "RESULT "
@@ -54,7 +65,119 @@ class ChildOutcome:
     seconds: float
 
 
+# A measurement read from a child's result: a key, or a function of the result
+# (None where the result has no such measurement).
+Metric: TypeAlias = "str | Callable[[Mapping[str, Any]], float | None]"
+
+
+@dataclass
+class Rounds:
+    """The outcomes of :func:`run_rounds`: every variant's child, round by round.
+
+    Attributes:
+        variants: The variants, in the order given (the first round's order).
+        runs: One mapping per round, from variant to the outcome of its child,
+            in the order the children ran in that round.
+    """
+
+    variants: list[str]
+    runs: list[dict[str, ChildOutcome]]
+
+    def results(self, variant: str) -> list[dict[str, Any] | None]:
+        """``variant``'s result in each round, None where its child failed."""
+        return [run[variant].result if variant in run else None for run in self.runs]
+
+    def last_result(self, variant: str) -> dict[str, Any] | None:
+        """``variant``'s result in the last round whose child succeeded, or None."""
+        found = [r for r in self.results(variant) if r is not None]
+        return found[-1] if found else None
+
+    def per_round(self, variant: str, metric: Metric) -> list[float | None]:
+        """``metric`` of ``variant`` in each round, None where it was not measured."""
+        return [None if r is None else _read(r, metric) for r in self.results(variant)]
+
+    def values(self, variant: str, metric: Metric) -> list[float]:
+        """``metric`` of ``variant`` in the rounds that measured it, in round order."""
+        return [v for v in self.per_round(variant, metric) if v is not None]
+
+    def ratios(self, metric: Metric, over: str, under: str) -> list[float]:
+        """Per round, ``metric`` of ``over`` divided by ``metric`` of ``under``.
+
+        Both values come from the same round, so the machine's drift between
+        rounds cancels; rounds where either is missing (or ``under``'s is 0)
+        are left out.
+        """
+        return per_round_ratios(self.per_round(over, metric), self.per_round(under, metric))
+
+    def cell(self, variant: str, metric: Metric, spec: str, suffix: str = "") -> str:
+        """A table cell: ``metric`` of ``variant`` over the rounds, ``median (min-max)``.
+
+        Args:
+            variant: The variant.
+            metric: A key of its results, or a function of a result.
+            spec: The format spec of each number (see :func:`fmt_spread`).
+            suffix: Text after the median.
+
+        Returns:
+            The formatted cell, ``"-"`` if no round measured it.
+        """
+        return fmt_spread(self.values(variant, metric), spec, suffix)
+
+    def ratio_cell(self, metric: Metric, over: str, under: str, spec: str = ".2f") -> str:
+        """A table cell: the per-round ratios ``over / under`` of ``metric``: ``1.01x (0.87-1.10)``.
+
+        Args:
+            metric: A key of the results, or a function of a result.
+            over: The numerator's variant.
+            under: The denominator's variant.
+            spec: The format spec of each ratio.
+
+        Returns:
+            The median of the per-round ratios with their range, ``"-"`` if none.
+        """
+        return fmt_spread(self.ratios(metric, over, under), spec, "x")
+
+    def failed(self) -> list[tuple[int, ChildOutcome]]:
+        """The failed children, each with its round number (from 1)."""
+        return [
+            (number, outcome)
+            for number, run in enumerate(self.runs, 1)
+            for outcome in run.values()
+            if outcome.error is not None
+        ]
+
+    def succeeded(self, variant: str) -> int:
+        """How many of ``variant``'s children succeeded."""
+        return sum(r is not None for r in self.results(variant))
+
+
+def _read(result: Mapping[str, Any], metric: Metric) -> float | None:
+    value = metric(result) if callable(metric) else result.get(metric)
+    return None if value is None else float(value)
+
+
 # ----------------------------------------------------------------- command line
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer of at least 1.
+
+    Args:
+        text: The option's value.
+
+    Returns:
+        The integer.
+
+    Raises:
+        argparse.ArgumentTypeError: If ``text`` is not an integer of at least 1.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer of at least 1; got {text!r}")
+    return value
 
 
 def argument_parser(doc: str | None) -> argparse.ArgumentParser:
@@ -87,16 +210,28 @@ def add_variants_argument(parser: argparse.ArgumentParser, choices: Sequence[str
 
 
 def add_child_arguments(
-    parser: argparse.ArgumentParser, choices: Sequence[str], timeout: float
+    parser: argparse.ArgumentParser,
+    choices: Sequence[str],
+    timeout: float,
+    rounds: int | None = None,
 ) -> None:
-    """Add ``--timeout`` (seconds per child) and the hidden ``--variant`` of a child.
+    """Add ``--timeout`` (seconds per child), ``--rounds`` and a child's hidden ``--variant``.
 
     Args:
         parser: The script's parser.
         choices: The variants the script knows.
         timeout: The default of ``--timeout``.
+        rounds: The default of ``--rounds`` (see :func:`run_rounds`); None adds
+            no ``--rounds``, for a script that defines its own.
     """
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds per child")
+    if rounds is not None:
+        parser.add_argument(
+            "--rounds",
+            type=positive_int,
+            default=rounds,
+            help="rounds; each runs every variant in a fresh child, the order rotating",
+        )
     parser.add_argument("--variant", choices=choices, help=argparse.SUPPRESS)
 
 
@@ -205,6 +340,7 @@ def run_variants(
     variants: Iterable[str],
     options: Sequence[str],
     timeout: float,
+    spawn: Callable[..., ChildOutcome] = spawn_child,
 ) -> dict[str, ChildOutcome]:
     """Run one child per variant, in order, reporting progress on stderr.
 
@@ -213,6 +349,7 @@ def run_variants(
         variants: The variants to run.
         options: Command-line arguments every child gets after ``--variant``.
         timeout: Seconds each child may take.
+        spawn: Runs one child; :func:`spawn_child`, or a stand-in in tests.
 
     Returns:
         The outcome of each variant, in the order they ran.
@@ -220,11 +357,64 @@ def run_variants(
     outcomes: dict[str, ChildOutcome] = {}
     for variant in variants:
         print(f"running variant {variant} ...", file=sys.stderr, flush=True)
-        outcome = spawn_child(script, variant, options, timeout)
+        outcome = spawn(script, variant, options, timeout)
         status = "ok" if outcome.error is None else "FAILED"
         print(f"  {status} in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
         outcomes[variant] = outcome
     return outcomes
+
+
+def rotation(variants: Sequence[str], index: int) -> list[str]:
+    """The order of round ``index`` (from 0): A B C, then B C A, then C A B, ...
+
+    Args:
+        variants: The variants, in the first round's order.
+        index: The round, from 0.
+
+    Returns:
+        ``variants`` rotated left by ``index`` places.
+    """
+    shift = index % len(variants) if variants else 0
+    return [*variants[shift:], *variants[:shift]]
+
+
+def run_rounds(
+    script: str | os.PathLike[str],
+    variants: Sequence[str],
+    rounds: int,
+    options: Sequence[str],
+    timeout: float,
+    spawn: Callable[..., ChildOutcome] = spawn_child,
+) -> Rounds:
+    """Run ``rounds`` rounds, each running every variant in a fresh child.
+
+    The order rotates from round to round (:func:`rotation`), so that drift
+    and the first or last slot of a round hit every variant alike. A child
+    that fails is kept in the outcome (see :meth:`Rounds.failed`), and the
+    later children still run.
+
+    Args:
+        script: Path of the benchmark script to re-invoke.
+        variants: The variants to run, in the first round's order.
+        rounds: How many rounds, at least 1.
+        options: Command-line arguments every child gets after ``--variant``.
+        timeout: Seconds each child may take.
+        spawn: Runs one child; :func:`spawn_child`, or a stand-in in tests.
+
+    Returns:
+        Every child's outcome, round by round.
+
+    Raises:
+        ValueError: If ``rounds`` is less than 1 or there are no variants.
+    """
+    if rounds < 1 or not variants:
+        raise ValueError(f"need at least 1 round and 1 variant; got {rounds} and {variants!r}")
+    runs = []
+    for index in range(rounds):
+        print(f"round {index + 1} of {rounds}", file=sys.stderr, flush=True)
+        order = rotation(variants, index)
+        runs.append(run_variants(script, order, options, timeout, spawn))
+    return Rounds(list(variants), runs)
 
 
 def print_report(
@@ -244,13 +434,26 @@ def print_report(
         notes: Lines under "per variant:"; the heading is left out when empty.
     """
     print("\n".join(description))
+    print_table(header, rows, legend)
+    if notes:
+        print("per variant:")
+        print("\n".join(notes))
+
+
+def print_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], legend: Sequence[str]
+) -> None:
+    """Print a blank line, a table, a blank line and the lines explaining it.
+
+    Args:
+        header: The table's column names.
+        rows: The table's rows.
+        legend: Lines explaining the columns.
+    """
     print()
     print(render_table(header, rows))
     print()
     print("\n".join(legend))
-    if notes:
-        print("per variant:")
-        print("\n".join(notes))
 
 
 def report_failures(outcomes: Mapping[str, ChildOutcome]) -> int:
@@ -266,6 +469,42 @@ def report_failures(outcomes: Mapping[str, ChildOutcome]) -> int:
     for outcome in failed:
         print(f"\nvariant {outcome.variant} failed: {outcome.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def report_round_failures(rounds: Rounds) -> int:
+    """Name the failed children on stdout, under the report, and their errors on stderr.
+
+    Args:
+        rounds: The outcomes returned by :func:`run_rounds`.
+
+    Returns:
+        The parent's exit code: 1 if any child failed, else 0.
+    """
+    failed = rounds.failed()
+    if failed:
+        names = ", ".join(f"{o.variant} in round {number}" for number, o in failed)
+        print(f"FAILED children (left out of the medians; errors on stderr): {names}")
+    for number, outcome in failed:
+        print(
+            f"\nround {number}, variant {outcome.variant} failed: {outcome.error}", file=sys.stderr
+        )
+    return 1 if failed else 0
+
+
+def rounds_line(rounds: int, what: str = "variant") -> str:
+    """The ``rounds:`` line of a report, saying how the numbers were taken.
+
+    Args:
+        rounds: The number of rounds run.
+        what: What each child of a round measured.
+
+    Returns:
+        The line.
+    """
+    return (
+        f"rounds:   {rounds}, each a fresh child per {what}, the order rotating between rounds; "
+        "cells: median over the rounds (min-max), ratios taken within each round"
+    )
 
 
 # ------------------------------------------------------------------------- machine
@@ -333,6 +572,78 @@ def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     if value is None or math.isnan(value):
         return "-"
     return f"{value:{spec}}{suffix}"
+
+
+def per_round_ratios(over: Sequence[float | None], under: Sequence[float | None]) -> list[float]:
+    """``over[i] / under[i]`` for each round ``i`` where both were measured.
+
+    Args:
+        over: The numerator's value in each round (None: not measured).
+        under: The denominator's value in the same rounds.
+
+    Returns:
+        The ratios, in round order; rounds with a missing value or a zero
+        denominator are left out.
+
+    Raises:
+        ValueError: If the two sequences differ in length.
+    """
+    if len(over) != len(under):
+        raise ValueError(f"one value per round on each side; got {len(over)} and {len(under)}")
+    return [a / b for a, b in zip(over, under, strict=True) if a is not None and b]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The median of a few measurements and their range.
+
+    Attributes:
+        median: The median.
+        low: The smallest value.
+        high: The largest value.
+        count: How many values.
+    """
+
+    median: float
+    low: float
+    high: float
+    count: int
+
+
+def spread_of(values: Iterable[float | None]) -> Spread | None:
+    """The median and range of ``values`` that are neither None nor NaN.
+
+    Args:
+        values: The measurements, such as one per round.
+
+    Returns:
+        Their spread, or None if there are none.
+    """
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    if not present:
+        return None
+    return Spread(statistics.median(present), min(present), max(present), len(present))
+
+
+def fmt_spread(values: Iterable[float | None], spec: str, suffix: str = "") -> str:
+    """Format the median of ``values`` with their range: ``12.3 ms (11.8-13.0)``.
+
+    Args:
+        values: The measurements (None and NaN are left out).
+        spec: The format spec of each number, such as ``".1f"``.
+        suffix: Text after the median, such as ``"x"`` or ``" ms"``.
+
+    Returns:
+        ``median (min-max)``; the median alone for a single value; ``"-"``
+        for none.
+    """
+    found = spread_of(values)
+    if found is None:
+        return "-"
+    median = fmt(found.median, spec, suffix)
+    if found.count == 1:
+        return median
+    return f"{median} ({fmt(found.low, spec)}-{fmt(found.high, spec)})"
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

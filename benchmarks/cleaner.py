@@ -55,19 +55,26 @@ so the request thread also waits for the churn thread's Python work (the
 interpreter's switch interval is 5 ms).
 
 Every variant runs in a fresh child process (this script re-invoked with
-``--variant``) with the same protocol: warm up (one churned model built and
+``--variant``), once per round of ``--rounds`` rounds (3 by default), the order
+of the variants rotating between rounds (naive naive-auto bg ..., then
+naive-auto bg ... naive, ...), with the same protocol: warm up (one churned model built and
 dropped, 200 requests), start the churn thread, wait for its first model, serve
 until it finishes the model it is on, then count the requests served while it
 churns 2 more (calibration, not measured), then measure. Full (generation 2)
 collections and the time spent in all collections are counted with
 ``gc.callbacks`` in every variant, and the lifecycle variants also report the
 cleaner's own counters (``session.statistics().cleaner``). The parent prints
-the machine and one table, and exits non-zero if a child fails or times out.
+the machine and two tables (latency, then collections and RSS): each cell is
+the median over the rounds (min-max), and p99 vs naive is taken within each
+round, where the machine's drift cancels, then reported as the median of the
+per-round ratios (min-max). The notes give each variant's last round. The
+parent exits non-zero if a child fails or times out, and names the failed
+children under the tables.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/cleaner.py                                 # 15 s per variant, ~2.5 min
-    python benchmarks/cleaner.py --seconds 3 --variants naive,bg # quick check, ~30 s
+    python benchmarks/cleaner.py                    # 3 rounds x 6 x 15 s, ~8 min
+    python benchmarks/cleaner.py --rounds 1 --seconds 3 --variants naive,bg  # ~30 s
     python benchmarks/cleaner.py --churn-units 1024 --timeout 300
 """
 
@@ -84,7 +91,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import _harness
-from _harness import MIB, ChildOutcome, fmt
+from _harness import MIB
 
 if TYPE_CHECKING:
     import keras
@@ -125,14 +132,9 @@ WARMUP_REQUESTS = 200
 CALIBRATION_MODELS = 2
 # Seconds to wait for the churn thread's first model, and for it to stop.
 CHURN_WAIT_SECONDS = 120.0
-HEADER = [
+HEADER = ["variant", "requests", "p50 µs", "p99 µs", "p99.9 µs", "max ms", "p99 vs naive"]
+GC_HEADER = [
     "variant",
-    "requests",
-    "p50 µs",
-    "p99 µs",
-    "p99.9 µs",
-    "max ms",
-    "p99 vs naive",
     "full gcs",
     "cleaner gcs",
     "gc ms",
@@ -475,34 +477,44 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"of batch {CHURN_BATCH}, then dropped; lifecycle variants dispose() every other one",
         f"cleaner:  pressure_threshold {pressure_threshold(units) / MIB:.1f} MiB "
         f"(about one collection per {MODELS_PER_COLLECTION} churned models)",
+        _harness.rounds_line(args.rounds),
     ]
 
 
-def table_rows(outcomes: dict[str, ChildOutcome]) -> list[list[str]]:
-    naive = outcomes.get("naive")
-    naive_p99 = naive.result["p99_us"] if naive and naive.result else None
+def table_rows(rounds: _harness.Rounds) -> list[list[str]]:
     rows = []
-    for variant, outcome in outcomes.items():
-        result = outcome.result
-        if result is None:
+    for variant in rounds.variants:
+        if not rounds.succeeded(variant):
             rows.append([LABELS[variant], "FAILED", *["-"] * (len(HEADER) - 2)])
             continue
-        p99 = result["p99_us"]
         rows.append(
             [
                 LABELS[variant],
-                f"{result['requests']:,}",
-                fmt(result["p50_us"], ".0f"),
-                fmt(p99, ".0f"),
-                fmt(result["p999_us"], ".0f"),
-                fmt(result["max_ms"], ".1f"),
-                fmt(p99 / naive_p99 if naive_p99 else None, ".2f", "x"),
-                str(result["gc_full_collections"]),
-                str(result["cleaner_collections"]) if "cleaner_collections" in result else "-",
-                fmt(result["gc_ms"], ".0f"),
-                fmt(result["gc_max_ms"], ".0f"),
-                fmt(result["rss_end_mib"], ".0f"),
-                fmt(result["rss_end_mib"] - result["rss_start_mib"], "+.0f"),
+                rounds.cell(variant, "requests", ",.0f"),
+                rounds.cell(variant, "p50_us", ".0f"),
+                rounds.cell(variant, "p99_us", ".0f"),
+                rounds.cell(variant, "p999_us", ".0f"),
+                rounds.cell(variant, "max_ms", ".1f"),
+                rounds.ratio_cell("p99_us", variant, "naive"),
+            ]
+        )
+    return rows
+
+
+def gc_rows(rounds: _harness.Rounds) -> list[list[str]]:
+    rows = []
+    for variant in rounds.variants:
+        if not rounds.succeeded(variant):
+            continue
+        rows.append(
+            [
+                LABELS[variant],
+                rounds.cell(variant, "gc_full_collections", ".0f"),
+                rounds.cell(variant, "cleaner_collections", ".0f"),
+                rounds.cell(variant, "gc_ms", ".0f"),
+                rounds.cell(variant, "gc_max_ms", ".0f"),
+                rounds.cell(variant, "rss_end_mib", ".0f"),
+                rounds.cell(variant, lambda r: r["rss_end_mib"] - r["rss_start_mib"], "+.0f"),
             ]
         )
     return rows
@@ -516,10 +528,10 @@ def thread_role(name: str) -> str:
     return name
 
 
-def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
+def variant_notes(rounds: _harness.Rounds) -> list[str]:
     notes = []
-    for variant, outcome in outcomes.items():
-        result = outcome.result
+    for variant in rounds.variants:
+        result = rounds.last_result(variant)
         if result is None:
             continue
         where = ", ".join(
@@ -542,23 +554,30 @@ def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
                 f"close() {result['close_ms']:.0f} ms, "
                 f"then RSS {result['rss_after_close_mib']:.0f} MiB"
             )
-        notes.append(f"  {variant}: " + "; ".join(parts))
+        notes.append(f"  {variant}, last round: " + "; ".join(parts))
     return notes
 
 
 def run_parent(args: argparse.Namespace) -> int:
-    outcomes = _harness.run_variants(__file__, args.variants, child_options(args), args.timeout)
+    rounds = _harness.run_rounds(
+        __file__, args.variants, args.rounds, child_options(args), args.timeout
+    )
 
+    legend = [
+        "each cell: median over the rounds (min-max); p99 vs naive: p99 over naive's p99",
+        "             in the same round, median of the per-round ratios (min-max)",
+    ]
+    _harness.print_report(describe_run(args), HEADER, table_rows(rounds), legend)
     legend = [
         "full gcs:    generation-2 collections during the measurement, on any thread",
         "cleaner gcs: of those, run by the session's cleaner (session.statistics().cleaner)",
         "gc ms:       time in all collections (every generation, any thread); max gc ms:",
         "             the longest one. RSS growth: from the start to the end of measurement",
+        "per variant:",
+        *variant_notes(rounds),
     ]
-    _harness.print_report(
-        describe_run(args), HEADER, table_rows(outcomes), legend, variant_notes(outcomes)
-    )
-    return _harness.report_failures(outcomes)
+    _harness.print_table(GC_HEADER, gc_rows(rounds), legend)
+    return _harness.report_round_failures(rounds)
 
 
 # ---------------------------------------------------------------------------- main
@@ -576,7 +595,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=512,
         help="hidden width of the churned MLPs (512: 3.4 MiB of weights + Adam slots)",
     )
-    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0, rounds=3)
     args = parser.parse_args(argv)
 
     if args.seconds <= 0 or args.churn_units < 1 or args.timeout <= 0:

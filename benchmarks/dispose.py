@@ -26,10 +26,13 @@ the cleaner's thread, and the cleaner collects there once 128 MiB were released
 
 Every child first disposes a tiny managed model (or drops a tiny plain one),
 so TensorFlow's kernels for the release exist: the table shows a process that
-has disposed before. Variants run in ``--rounds`` rounds, one child per variant
-per round, in order within each round, so that the machine's drift hits every
-variant alike; the table shows medians with their spread (min-max) and the
-ratio of each model's median to the MLP's, measured in the same run.
+has disposed before. Variants run in ``--rounds`` rounds (5 by default), one
+fresh child per variant per round, the order rotating between rounds (mlp
+resnet50 ..., then resnet50 ... mlp, ...), so that the machine's drift hits
+every variant alike. The table shows medians over the rounds with their spread
+(min-max); a model's ratio to the MLP (vs mlp) is taken within each round, where
+drift cancels, and reported as the median of the per-round ratios (min-max).
+The parent exits non-zero if a child fails, and names the failed children.
 
 Run (from the repository root, with the package and psutil installed)::
 
@@ -50,7 +53,7 @@ from typing import Any
 from loop_training import INPUT_DIM, mlp_params, units_for_mib
 
 import _harness
-from _harness import MIB, ChildOutcome, fmt
+from _harness import MIB
 
 MODELS = ("mlp", "resnet50", "mobilenetv2")
 VARIANTS = (*MODELS, *(f"plain-{name}" for name in MODELS))
@@ -160,51 +163,30 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 # -------------------------------------------------------------------------- parent
 
 
-def spread(values: Sequence[float]) -> str:
-    """``median (min-max)``, in the unit of the values."""
-    if not values:
-        return "-"
-    low, high = min(values), max(values)
-    return f"{statistics.median(values):.1f} ({low:.1f}-{high:.1f})"
-
-
-def collect_values(rounds: list[dict[str, ChildOutcome]], variant: str, key: str) -> list[float]:
-    """``key`` of every successful child of ``variant``, in round order."""
-    return [
-        outcome.result[key]
-        for outcome_by_variant in rounds
-        if (outcome := outcome_by_variant.get(variant)) is not None
-        and outcome.result is not None
-        and key in outcome.result
-    ]
-
-
-def table_rows(rounds: list[dict[str, ChildOutcome]], variants: Sequence[str]) -> list[list[str]]:
-    def median(variant: str, key: str) -> float | None:
-        values = collect_values(rounds, variant, key)
-        return statistics.median(values) if values else None
-
-    mlp_dispose, mlp_release = median("mlp", "dispose_ms"), median("mlp", "release_ms")
+def table_rows(rounds: _harness.Rounds, variants: Sequence[str]) -> list[list[str]]:
     rows = []
     for name in MODELS:
         if name not in variants and f"plain-{name}" not in variants:
             continue
-        dispose, release = median(name, "dispose_ms"), median(name, "release_ms")
         rows.append(
             [
                 name,
-                fmt(median(name, "variables"), ".0f"),
-                fmt(median(name, "released_mib"), ".0f"),
-                spread(collect_values(rounds, name, "dispose_ms")),
-                fmt(dispose / mlp_dispose if dispose and mlp_dispose else None, ".2f", "x"),
-                spread(collect_values(rounds, name, "release_ms")),
-                fmt(release / mlp_release if release and mlp_release else None, ".2f", "x"),
-                fmt(median(name, "auto_gc_ms"), ".1f"),
-                spread(collect_values(rounds, name, "cleaner_ms")),
-                spread(collect_values(rounds, f"plain-{name}", "plain_ms")),
+                _harness.fmt(median(rounds.values(name, "variables")), ".0f"),
+                _harness.fmt(median(rounds.values(name, "released_mib")), ".0f"),
+                rounds.cell(name, "dispose_ms", ".1f"),
+                rounds.ratio_cell("dispose_ms", name, "mlp"),
+                rounds.cell(name, "release_ms", ".1f"),
+                rounds.ratio_cell("release_ms", name, "mlp"),
+                rounds.cell(name, "auto_gc_ms", ".1f"),
+                rounds.cell(name, "cleaner_ms", ".1f"),
+                rounds.cell(f"plain-{name}", "plain_ms", ".1f"),
             ]
         )
     return rows
+
+
+def median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def describe_run(args: argparse.Namespace) -> list[str]:
@@ -214,17 +196,13 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"models:   MLP {INPUT_DIM}-{units}-{units}-10 ({mlp_params(units):,} params, "
         f"{args.mlp_mb:g} MiB with Adam slots); ResNet50 and MobileNetV2 at "
         f"{args.input_size}x{args.input_size}x3, 10 classes; Adam, one fit step of batch {BATCH}",
-        f"rounds:   {args.rounds}, one child per variant per round, variants interleaved; "
-        "medians (min-max) over the rounds",
+        _harness.rounds_line(args.rounds),
     ]
 
 
 def run_parent(args: argparse.Namespace) -> int:
     options = ["--input-size", str(args.input_size), "--mlp-mb", str(args.mlp_mb)]
-    rounds = []
-    for number in range(1, args.rounds + 1):
-        print(f"round {number} of {args.rounds}", file=sys.stderr, flush=True)
-        rounds.append(_harness.run_variants(__file__, args.variants, options, args.timeout))
+    rounds = _harness.run_rounds(__file__, args.variants, args.rounds, options, args.timeout)
     header = [
         "model",
         "buffers",
@@ -240,8 +218,9 @@ def run_parent(args: argparse.Namespace) -> int:
     legend = [
         "dispose() ms: wall time of the model.dispose() call (what the caller waits for)",
         "release ms:   DisposeReport.release_seconds (release, purge, drop references)",
-        "vs mlp:       this model's median over the MLP's median, same run",
-        "auto gc ms:   median time of Python's automatic collections inside the call",
+        "vs mlp:       this model's time over the MLP's in the same round, median of the",
+        "              per-round ratios (min-max); other cells: median over the rounds (min-max)",
+        "auto gc ms:   time of Python's automatic collections inside the call",
         "cleaner ms:   time until the session's cleaner is idle after the call: destroying the",
         "              traced step functions, and the collection (plus kernel-cache clear) it runs",
         "              once 128 MiB were allocated or released since its last one",
@@ -249,8 +228,7 @@ def run_parent(args: argparse.Namespace) -> int:
         "              model unmanaged (frees none of its buffers: the leak stays pinned)",
     ]
     _harness.print_report(describe_run(args), header, table_rows(rounds, args.variants), legend)
-    codes = [_harness.report_failures(outcomes) for outcomes in rounds]
-    return max(codes, default=0)
+    return _harness.report_round_failures(rounds)
 
 
 # ---------------------------------------------------------------------------- main
@@ -258,7 +236,6 @@ def run_parent(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _harness.argument_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of all variants")
     parser.add_argument(
         "--input-size", type=int, default=64, help="image side of ResNet50 and MobileNetV2"
     )
@@ -266,10 +243,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--mlp-mb", type=float, default=100.0, help="MiB of the MLP's weights + Adam slots"
     )
     _harness.add_variants_argument(parser, VARIANTS)
-    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0, rounds=5)
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.mlp_mb <= 0 or args.timeout <= 0:
-        parser.error("--rounds, --mlp-mb and --timeout must be positive")
+    if args.mlp_mb <= 0 or args.timeout <= 0:
+        parser.error("--mlp-mb and --timeout must be positive")
     if args.input_size < 32:
         parser.error(f"--input-size must be at least 32 (ResNet50's minimum): {args.input_size}")
     args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)

@@ -42,21 +42,27 @@ after the warm-up are measured. In the swaps child:
   version (every retired version disposed), then divides the mean RSS over the
   next 0.5 s by the baseline.
 
-The notes under the table give, per variant, the full (generation 2) garbage
+The notes under the tables give, per variant and for its last round, the full (generation 2) garbage
 collections during the measurement (``gc.callbacks``: on which thread, how long)
 and the p99 of the requests that overlapped none of them; for the swaps, the time
 of each phase (load, promote, unload), how often a load started while the
 previously retired version was still listed, the latency of requests by the
 phase the main thread was in when they started, and RSS against the swap count.
 
-Each variant runs in a fresh child process (this script re-invoked with
-``--variant``); the parent prints the machine and one table, and exits non-zero
-if a child fails or times out.
+Rounds: the run is ``--rounds`` rounds (3 by default); each round runs every
+variant in a fresh child process (this script re-invoked with ``--variant``),
+the order rotating between rounds (direct registry swaps ..., then registry
+swaps ... direct, ...). The first table gives each measurement as the median
+over the rounds (min-max); the second gives the ratios (vs direct, p99 vs
+registry) taken within each round, so that the machine's drift between rounds
+cancels, as the median of the per-round ratios (min-max). The parent exits
+non-zero if a child fails or times out, and names the failed children under
+the tables.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/hot_swap.py            # 40 s per variant (and 100 swaps), ~6 min
-    python benchmarks/hot_swap.py --seconds 3 --units 256 --min-swaps 3  # quick, ~45 s
+    python benchmarks/hot_swap.py            # 3 rounds x 6 x 40 s (and 100 swaps), ~18 min
+    python benchmarks/hot_swap.py --rounds 1 --seconds 3 --units 256 --min-swaps 3  # ~45 s
     python benchmarks/hot_swap.py --variants registry,swaps --threads 8
 """
 
@@ -67,12 +73,12 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import _harness
-from _harness import MIB, ChildOutcome, fmt
+from _harness import MIB, fmt
 
 if TYPE_CHECKING:
     import keras
@@ -98,15 +104,11 @@ LABELS = {
     "frozen": "swaps + tuned + freeze_heap=True",
     "background": "swaps + tuned + frozen + background loads",
 }
-HEADER = [
+HEADER = ["variant", "requests/s", "p50 µs", "p99 µs", "swaps", "failed requests"]
+RATIO_HEADER = [
     "variant",
-    "requests/s",
     "vs direct",
-    "p50 µs",
-    "p99 µs",
     "p99 vs registry",
-    "swaps",
-    "failed requests",
     "peak RSS / (old+new)",
     "RSS after drain / one model",
 ]
@@ -548,56 +550,59 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"{SAMPLE_INTERVAL * 1000:g} ms in every child",
         "oneDNN:   "
         + ("off (TF_ENABLE_ONEDNN_OPTS=0) in every child" if args.no_onednn else "on (default)"),
+        _harness.rounds_line(args.rounds),
     ]
 
 
-def ratio(value: float | None, reference: float | None) -> float | None:
-    return value / reference if value is not None and reference else None
+def peak_ratio(result: Mapping[str, Any]) -> float | None:
+    """Peak RSS during the swaps over (RSS with one model + one model's bytes)."""
+    if "rss_after_drain_mib" not in result:
+        return None
+    return result["rss_peak_mib"] / (result["rss_baseline_mib"] + result["model_bytes"] / MIB)
 
 
-def table_rows(outcomes: dict[str, ChildOutcome]) -> list[list[str]]:
-    def get(variant: str, key: str) -> float | None:
-        outcome = outcomes.get(variant)
-        return outcome.result.get(key) if outcome and outcome.result else None
+def drain_ratio(result: Mapping[str, Any]) -> float | None:
+    """RSS once one version is left over RSS with one model."""
+    if "rss_after_drain_mib" not in result:
+        return None
+    return result["rss_after_drain_mib"] / result["rss_baseline_mib"]
 
-    direct_rate = get("direct", "requests_per_second")
-    registry_p99 = get("registry", "p99_us")
+
+def table_rows(rounds: _harness.Rounds) -> list[list[str]]:
     rows = []
-    for variant, outcome in outcomes.items():
-        result = outcome.result
-        if result is None:
+    for variant in rounds.variants:
+        results = [r for r in rounds.results(variant) if r is not None]
+        if not results:
             rows.append([LABELS[variant], "FAILED", *["-"] * (len(HEADER) - 2)])
             continue
-        peak = drain = None
-        if variant in SWAPPING:
-            one_model = result["rss_baseline_mib"]
-            peak = result["rss_peak_mib"] / (one_model + result["model_bytes"] / MIB)
-            drain = result["rss_after_drain_mib"] / one_model
-        rate = result["requests_per_second"]
         rows.append(
             [
                 LABELS[variant],
-                fmt(rate, ",.0f"),
-                fmt(ratio(rate, direct_rate), ".2f", "x"),
-                fmt(result.get("p50_us"), ".0f"),
-                fmt(result.get("p99_us"), ".0f"),
-                fmt(ratio(result.get("p99_us"), registry_p99), ".2f", "x"),
-                str(result["swaps"]) if "swaps" in result else "-",
-                str(result["failed_requests"]),
-                fmt(peak, ".3f"),
-                fmt(drain, ".3f"),
+                rounds.cell(variant, "requests_per_second", ",.0f"),
+                rounds.cell(variant, "p50_us", ".0f"),
+                rounds.cell(variant, "p99_us", ".0f"),
+                rounds.cell(variant, "swaps", ".0f"),
+                str(sum(r["failed_requests"] for r in results)),
             ]
         )
     return rows
 
 
-def spread(values: list[float]) -> str:
-    """``median (min-max)`` of a list of milliseconds."""
-    import statistics
-
-    if not values:
-        return "-"
-    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+def ratio_rows(rounds: _harness.Rounds) -> list[list[str]]:
+    rows = []
+    for variant in rounds.variants:
+        if not rounds.succeeded(variant):
+            continue
+        rows.append(
+            [
+                LABELS[variant],
+                rounds.ratio_cell("requests_per_second", variant, "direct"),
+                rounds.ratio_cell("p99_us", variant, "registry"),
+                rounds.cell(variant, peak_ratio, ".3f"),
+                rounds.cell(variant, drain_ratio, ".3f"),
+            ]
+        )
+    return rows
 
 
 def slope(values: list[float]) -> float | None:
@@ -619,6 +624,11 @@ def gc_note(result: dict[str, Any]) -> str:
         f"{fmt(result['p99_outside_gc_us'], '.0f')} µs; requests over {SLOW_MS} ms: "
         f"{result['slow_requests']:,}, {result['slow_requests_in_gc']:,} of them overlapping one"
     )
+
+
+def spread(values: list[float]) -> str:
+    """``median (min-max)`` of a list of milliseconds."""
+    return _harness.fmt_spread(values, ".0f")
 
 
 def swap_notes(result: dict[str, Any]) -> list[str]:
@@ -659,14 +669,14 @@ def swap_notes(result: dict[str, Any]) -> list[str]:
     return notes
 
 
-def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
+def variant_notes(rounds: _harness.Rounds) -> list[str]:
     notes = []
-    for variant, outcome in outcomes.items():
-        result = outcome.result
+    for variant in rounds.variants:
+        result = rounds.last_result(variant)
         if result is None:
             continue
         line = (
-            f"  {variant}: {result['count']:,} requests measured, p99.9 "
+            f"  {variant}, last round: {result['count']:,} requests measured, p99.9 "
             f"{result['p999_us']:.0f} µs, max {result['max_ms']:.1f} ms; RSS one model "
             f"{result['rss_baseline_mib']:.0f} MiB, peak {result['rss_peak_mib']:.0f} MiB"
         )
@@ -679,18 +689,26 @@ def variant_notes(outcomes: dict[str, ChildOutcome]) -> list[str]:
 
 
 def run_parent(args: argparse.Namespace) -> int:
-    outcomes = _harness.run_variants(__file__, args.variants, child_options(args), args.timeout)
+    rounds = _harness.run_rounds(
+        __file__, args.variants, args.rounds, child_options(args), args.timeout
+    )
 
     legend = [
-        "vs direct:        requests/s over direct's; p99 vs registry: p99 over the steady",
-        "                  registry variant's. failed requests: exceptions, any time",
+        "each cell: median over the rounds (min-max); failed requests: exceptions, any time,",
+        "summed over the rounds",
+    ]
+    _harness.print_report(describe_run(args), HEADER, table_rows(rounds), legend)
+    legend = [
+        "ratios: taken within each round, then their median (min-max)",
+        "vs direct: requests/s over direct's; p99 vs registry: p99 over the steady",
+        "           registry variant's",
         "peak RSS / (old+new): highest RSS during the swaps / (RSS with one model + its bytes)",
         "RSS after drain / one model: RSS once one version is left / RSS with one model",
+        "per variant:",
+        *variant_notes(rounds),
     ]
-    _harness.print_report(
-        describe_run(args), HEADER, table_rows(outcomes), legend, variant_notes(outcomes)
-    )
-    return _harness.report_failures(outcomes)
+    _harness.print_table(RATIO_HEADER, ratio_rows(rounds), legend)
+    return _harness.report_round_failures(rounds)
 
 
 # ---------------------------------------------------------------------------- main
@@ -720,7 +738,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run every child with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's plain CPU allocator)",
     )
     _harness.add_variants_argument(parser, VARIANTS)
-    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0, rounds=3)
     args = parser.parse_args(argv)
 
     if args.seconds <= 0 or args.threads < 1 or args.units < 1 or args.timeout <= 0:

@@ -23,13 +23,18 @@ A last child (``dispose``) measures ``dispose()`` of a wider MLP whose weights
 plus Adam slots hold ``--dispose-mb`` MiB (100 by default): build, fit one step,
 dispose, three times; it reports the median ``release_seconds``.
 
-The parent prints the machine and one table. It exits non-zero if a child
-fails or times out.
+Rounds: the run is ``--rounds`` rounds (3 by default); each round runs every
+variant in a fresh child, the order rotating between rounds (a b c dispose,
+then b c dispose a, ...). The parent prints the machine and one table: each
+cell is the median over the rounds (min-max), and the ratios (vs (b), vs (a))
+are taken within each round, where the machine's drift cancels, then reported
+as the median of the per-round ratios (min-max). It exits non-zero if a child
+fails or times out, and names the failed children under the table.
 
 Run (from the repository root, with the package and psutil installed)::
 
     python benchmarks/loop_training.py                         # 2.6M-param MLP, 30 cycles
-    python benchmarks/loop_training.py --cycles 8 --units 512  # quick look, no slope
+    python benchmarks/loop_training.py --rounds 1 --cycles 8 --units 512  # quick, no slope
     python benchmarks/loop_training.py --variants a,c --timeout 300
 """
 
@@ -44,7 +49,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import _harness
-from _harness import MIB, ChildOutcome, fmt
+from _harness import MIB
 
 if TYPE_CHECKING:
     import numpy as np
@@ -208,41 +213,37 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"dispose:  MLP {INPUT_DIM}-{dispose_units}-{dispose_units}-{CLASSES} + Adam, "
         f"{dispose_params:,} params ({dispose_params * BYTES_PER_PARAM / MIB:.1f} MiB), "
         f"1 fit step, median of {DISPOSE_REPEATS} disposes",
+        _harness.rounds_line(args.rounds),
     ]
 
 
-def table_rows(outcomes: dict[str, ChildOutcome], dispose_mb: float) -> list[list[str]]:
-    def seconds(variant: str) -> float | None:
-        outcome = outcomes.get(variant)
-        return outcome.result["seconds_per_cycle"] if outcome and outcome.result else None
-
+def table_rows(rounds: _harness.Rounds, dispose_mb: float) -> list[list[str]]:
     rows = []
-    for variant, outcome in outcomes.items():
-        result = outcome.result
+    for variant in rounds.variants:
         label = LABELS.get(variant, f"(c) dispose() of a {dispose_mb:g} MiB model")
-        if result is None:
+        if not rounds.succeeded(variant):
             rows.append([label, "FAILED", *["-"] * 7])
             continue
-        time_s = result.get("seconds_per_cycle")
-        vs_b, vs_a = seconds("b"), seconds("a")
         rows.append(
             [
                 label,
-                fmt(result.get("growth_mib_per_cycle"), "+.2f"),
-                fmt(time_s, ".3f"),
-                fmt(time_s / vs_b if time_s and vs_b else None, ".2f", "x"),
-                fmt(time_s / vs_a if time_s and vs_a else None, ".2f", "x"),
-                fmt(result.get("drop_ms"), ".1f"),
-                fmt(result.get("release_ms"), ".1f"),
-                fmt(result.get("released_mib"), ".1f"),
-                fmt(result["rss_mib"][-1] if "rss_mib" in result else None, ".0f"),
+                rounds.cell(variant, "growth_mib_per_cycle", "+.2f"),
+                rounds.cell(variant, "seconds_per_cycle", ".3f"),
+                rounds.ratio_cell("seconds_per_cycle", variant, "b"),
+                rounds.ratio_cell("seconds_per_cycle", variant, "a"),
+                rounds.cell(variant, "drop_ms", ".1f"),
+                rounds.cell(variant, "release_ms", ".1f"),
+                rounds.cell(variant, "released_mib", ".1f"),
+                rounds.cell(variant, lambda r: r["rss_mib"][-1] if "rss_mib" in r else None, ".0f"),
             ]
         )
     return rows
 
 
 def run_parent(args: argparse.Namespace) -> int:
-    outcomes = _harness.run_variants(__file__, args.variants, child_options(args), args.timeout)
+    rounds = _harness.run_rounds(
+        __file__, args.variants, args.rounds, child_options(args), args.timeout
+    )
 
     header = [
         "variant",
@@ -256,11 +257,13 @@ def run_parent(args: argparse.Namespace) -> int:
         "final RSS MiB",
     ]
     legend = [
+        "each cell: median over the rounds (min-max); vs (b), vs (a): s/cycle over that",
+        "           variant's s/cycle in the same round, median of the per-round ratios",
         "drop ms:    mean time from the end of fit() to the model being dropped",
         "dispose ms: median DisposeReport.release_seconds (release, purge, drop references)",
     ]
-    _harness.print_report(describe_run(args), header, table_rows(outcomes, args.dispose_mb), legend)
-    return _harness.report_failures(outcomes)
+    _harness.print_report(describe_run(args), header, table_rows(rounds, args.dispose_mb), legend)
+    return _harness.report_round_failures(rounds)
 
 
 # ---------------------------------------------------------------------------- main
@@ -285,7 +288,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=100.0,
         help="MiB of weights + Adam slots of the model the `dispose` variant disposes",
     )
-    _harness.add_child_arguments(parser, ALL_VARIANTS, timeout=1200.0)
+    _harness.add_child_arguments(parser, ALL_VARIANTS, timeout=1200.0, rounds=3)
     args = parser.parse_args(argv)
 
     if args.cycles < 3:

@@ -585,38 +585,19 @@ def run_phase(
     return result
 
 
-def round_order(index: int) -> list[str]:
-    """The variants of round ``index`` (from 0): a b c, b c a, c a b, a b c, ..."""
-    shift = index % len(VARIANTS)
-    return [*VARIANTS[shift:], *VARIANTS[:shift]]
-
-
 # ------------------------------------------------------------------ parent: report
-
-
-def median_spread(values: list[float | None], spec: str, suffix: str = "") -> str:
-    """``median (min-max)`` of the values that are not None."""
-    present = [v for v in values if v is not None]
-    if not present:
-        return "-"
-    median = fmt(statistics.median(present), spec, suffix)
-    if len(present) == 1:
-        return median
-    return f"{median} ({fmt(min(present), spec)}-{fmt(max(present), spec)})"
 
 
 def per_round_ratios(
     results: dict[str, list[dict[str, Any]]], key: str, over: str, under: str
-) -> list[float | None]:
-    """``results[over][i][key] / results[under][i][key]`` for each round i."""
-    ratios: list[float | None] = []
-    for top, bottom in zip(results[over], results[under], strict=True):
-        value, reference = top.get(key), bottom.get(key)
-        ratios.append(value / reference if value is not None and reference else None)
-    return ratios
+) -> list[float]:
+    """``results[over][i][key] / results[under][i][key]`` for each round i that has both."""
+    return _harness.per_round_ratios(
+        [phase.get(key) for phase in results[over]], [phase.get(key) for phase in results[under]]
+    )
 
 
-def median_of(values: list[float | None]) -> float | None:
+def median_of(values: list[float]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
@@ -632,11 +613,13 @@ def variant_rows(results: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
         rows.append(
             [
                 LABELS[variant],
-                median_spread(column("requests_per_second"), ",.0f"),
-                median_spread(column("p50_ms"), ".2f"),
-                median_spread(column("p99_ms"), ".2f"),
-                median_spread(column("server_cpu_ms_per_request"), ".2f"),
-                median_spread([100 * v for v in column("load_cpu_share") if v is not None], ".0f"),
+                _harness.fmt_spread(column("requests_per_second"), ",.0f"),
+                _harness.fmt_spread(column("p50_ms"), ".2f"),
+                _harness.fmt_spread(column("p99_ms"), ".2f"),
+                _harness.fmt_spread(column("server_cpu_ms_per_request"), ".2f"),
+                _harness.fmt_spread(
+                    [100 * v for v in column("load_cpu_share") if v is not None], ".0f"
+                ),
                 f"{sum(p['requests'] for p in phases):,}",
                 str(sum(p["failed"] for p in phases)),
             ]
@@ -678,19 +661,19 @@ def target_rows(
     checks: list[tuple[str, str, str, bool | None]] = [
         (
             "(b)/(a) requests/s",
-            median_spread(throughput, ".2f", "x"),
+            _harness.fmt_spread(throughput, ".2f", "x"),
             f">= {TARGETS['throughput']:.2f}x",
             None if t_med is None else t_med >= TARGETS["throughput"],
         ),
         (
             "(b)/(a) p99",
-            median_spread(p99, ".2f", "x"),
+            _harness.fmt_spread(p99, ".2f", "x"),
             f"<= {TARGETS['p99']:.2f}x",
             None if p_med is None else p_med <= TARGETS["p99"],
         ),
         (
             "(c)/(b) p99",
-            median_spread(swap_p99, ".2f", "x"),
+            _harness.fmt_spread(swap_p99, ".2f", "x"),
             f"<= {TARGETS['swap_p99']:.2f}x",
             None if s_med is None else s_med <= TARGETS["swap_p99"],
         ),
@@ -771,7 +754,7 @@ def extra_note(extra: list[dict[str, Any]], min_swaps: int) -> list[str]:
     return [
         f"extra (c) phases to reach {min_swaps} swaps under load (not in the table): "
         f"{len(extra)}, {sum(p['requests'] for p in extra):,} requests, p99 "
-        f"{median_spread([p['p99_ms'] for p in extra], '.2f')} ms, "
+        f"{_harness.fmt_spread([p['p99_ms'] for p in extra], '.2f')} ms, "
         f"{sum(p['failed'] for p in extra)} failed"
     ]
 
@@ -799,7 +782,7 @@ def print_run_report(
     print(
         "p99.9 ms, median (min-max): "
         + ", ".join(
-            f"({v}) {median_spread([p['p999_ms'] for p in run.results[v]], '.1f')}"
+            f"({v}) {_harness.fmt_spread([p['p999_ms'] for p in run.results[v]], '.1f')}"
             for v in VARIANTS
         )
     )
@@ -877,7 +860,7 @@ def run_parent(args: argparse.Namespace) -> int:
         by_variant = {s.variant: s for s in servers}
         run = Run(VersionWriter(by_variant["c"], work / "model", work / "base-c", args.swap_every))
         for index in range(args.rounds):
-            for variant in round_order(index):
+            for variant in _harness.rotation(VARIANTS, index):
                 print(f"round {index + 1}: {variant} ...", file=sys.stderr, flush=True)
                 run.results[variant].append(run.phase(by_variant[variant], args, logs))
         while len(run.extra) < MAX_EXTRA_PHASES:

@@ -35,10 +35,13 @@ reading RSS after each step. The ``notrim`` child also measures the cost of that
 first trim for other threads: a thread allocating (numpy arrays of 1 KiB to
 1 MiB) back to back records each allocation's latency before and during the trim.
 
-Variants run in ``--rounds`` interleaved rounds (plain, managed, notrim, ...;
-then again), each in a fresh child process (this script re-invoked with
-``--variant``); the table gives the median growth over the rounds and its
-spread (min-max). The parent exits non-zero if a child fails or times out.
+Variants run in ``--rounds`` rounds (3 by default), each variant in a fresh
+child process per round (this script re-invoked with ``--variant``), the order
+rotating between rounds (plain, managed, notrim, ...; then managed, notrim, ...,
+plain; ...). The table gives the median growth over the rounds and its spread
+(min-max); vs plain is each round's growth over plain's growth in the same
+round, reported as the median of the per-round ratios (min-max). The parent
+exits non-zero if a child fails or times out, and names the failed children.
 
 Run (from the repository root, with the package and psutil installed)::
 
@@ -55,7 +58,6 @@ import ctypes.util
 import gc
 import os
 import re
-import statistics
 import sys
 import tempfile
 import threading
@@ -64,7 +66,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import _harness
-from _harness import MIB, ChildOutcome, fmt
+from _harness import MIB, fmt
 
 if TYPE_CHECKING:
     import keras
@@ -321,41 +323,41 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def median_spread(values: list[float]) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.median(values):+,.0f} ({min(values):+,.0f}..{max(values):+,.0f})"
+    return _harness.fmt_spread(values, "+,.0f")
 
 
-def table(results: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
+def table(rounds: _harness.Rounds) -> list[list[str]]:
     rows = []
-    for variant, runs in results.items():
+    for variant in rounds.variants:
+        runs = [r for r in rounds.results(variant) if r is not None]
+        if not runs:
+            continue
         reference = "plain-nodnn" if variant in NO_ONEDNN else "plain"
-        plain = [r["growth"] / MIB for r in results.get(reference, [])]
-        plain_median = statistics.median(plain) if plain else None
-        growth = [r["growth"] / MIB for r in runs]
-        ratio = (
-            statistics.median(growth) / plain_median if plain_median and growth else float("nan")
-        )
-        after_trim = [r["after_trim"] / MIB for r in runs if "after_trim" in r]
-        after_all = [r["after_all"] / MIB for r in runs if "after_all" in r]
+
+        def mib(key: str, variant: str = variant) -> list[float]:
+            return [v / MIB for v in rounds.values(variant, key)]
+
         free = [r["mallinfo"]["free"] / MIB for r in runs if r.get("mallinfo")]
         rows.append(
             [
                 LABELS[variant],
                 str(len(runs)),
-                median_spread(growth),
-                fmt(ratio, ".3f"),
-                median_spread(free).replace("+", ""),
-                median_spread(after_trim),
-                median_spread(after_all),
+                median_spread(mib("growth")),
+                _harness.fmt_spread(rounds.ratios("growth", variant, reference), ".3f"),
+                _harness.fmt_spread(free, ",.0f"),
+                median_spread(mib("after_trim")),
+                median_spread(mib("after_all")),
             ]
         )
     return rows
 
 
-def notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+def notes(rounds: _harness.Rounds) -> list[str]:
     lines = []
-    for variant, runs in results.items():
+    for variant in rounds.variants:
+        runs = [r for r in rounds.results(variant) if r is not None]
+        if not runs:
+            continue
         last = runs[-1]
         info = last.get("mallinfo") or {}
         lines.append(
@@ -388,27 +390,17 @@ def notes(results: dict[str, list[dict[str, Any]]]) -> list[str]:
 def run_parent(args: argparse.Namespace) -> int:
     options = ["--archs", ",".join(args.archs), "--size", str(args.size)]
     options += ["--settle", str(args.settle), *(["--eager"] if args.eager else [])]
-    outcomes: dict[str, ChildOutcome] = {}
-    results: dict[str, list[dict[str, Any]]] = {v: [] for v in args.variants}
-    for round_ in range(args.rounds):
-        for variant in args.variants:
-            print(f"round {round_ + 1}: {variant} ...", file=sys.stderr, flush=True)
-            outcome = _harness.spawn_child(__file__, variant, options, args.timeout)
-            print(f"  {outcome.error or 'ok'} in {outcome.seconds:.0f} s", file=sys.stderr)
-            if outcome.result is None:
-                outcomes[f"{variant} (round {round_ + 1})"] = outcome
-            else:
-                results[variant].append(outcome.result)
-    results = {v: runs for v, runs in results.items() if runs}
-    first = next(iter(results.values()), [{}])[0].get("per_arch", [])
+    rounds = _harness.run_rounds(__file__, args.variants, args.rounds, options, args.timeout)
+    measured = (rounds.last_result(v) for v in args.variants)
+    first = next((r for r in measured if r is not None), {}).get("per_arch", [])
     params = ", ".join(f"{a['arch']} {a['params'] / 1e6:.1f}M" for a in first)
     description = [
         *_harness.machine_lines(),
         f"sweep:    {len(args.archs)} architectures, {args.size}x{args.size}x3, {CLASSES} "
         f"classes, Adam, fit 1 step (batch {BATCH}{', eager' if args.eager else ''}), "
-        "save .keras, reload, drop; "
-        f"{args.rounds} interleaved rounds",
+        "save .keras, reload, drop",
         f"params:   {params}",
+        _harness.rounds_line(args.rounds),
     ]
     header = [
         "variant",
@@ -421,14 +413,15 @@ def run_parent(args: argparse.Namespace) -> int:
     ]
     legend = [
         "RSS growth: RSS after the sweep (+ settle) - RSS after imports and a warm-up model;",
-        "            median over rounds (min..max). vs plain: median / plain's median",
-        "            (the TF_ENABLE_ONEDNN_OPTS=0 variants: / plain-nodnn's median)",
+        "            median over rounds (min-max). vs plain: growth / plain's growth in the",
+        "            same round, median of the per-round ratios (min-max)",
+        "            (the TF_ENABLE_ONEDNN_OPTS=0 variants: / plain-nodnn's)",
         "glibc free: mallinfo2 fordblks at the end (freed, kept by glibc, every arena)",
         "after trim: growth after malloc_trim(0); after gc+trim: after gc.collect(),",
         "            clearing TF's eager kernel cache and malloc_trim(0)",
     ]
-    _harness.print_report(description, header, table(results), legend, notes(results))
-    return _harness.report_failures(outcomes)
+    _harness.print_report(description, header, table(rounds), legend, notes(rounds))
+    return _harness.report_round_failures(rounds)
 
 
 # ---------------------------------------------------------------------------- main
@@ -438,7 +431,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _harness.argument_parser(__doc__)
     parser.add_argument("--archs", default=",".join(ARCHS), help="keras.applications names")
     parser.add_argument("--size", type=int, default=75, help="input height and width (>= 75)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds before reading RSS")
     parser.add_argument(
         "--eager",
@@ -446,11 +438,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="fit eagerly (run_eagerly=True): no traced train step, minutes faster",
     )
     _harness.add_variants_argument(parser, VARIANTS)
-    _harness.add_child_arguments(parser, VARIANTS, timeout=3600.0)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=3600.0, rounds=3)
     args = parser.parse_args(argv)
     args.archs = [a.strip() for a in args.archs.split(",") if a.strip()]
-    if not args.archs or args.rounds < 1 or args.settle < 0 or args.size < 32:
-        parser.error("--archs must name one architecture, --rounds >= 1, --size >= 32")
+    if not args.archs or args.settle < 0 or args.size < 32:
+        parser.error("--archs must name one architecture, --settle >= 0, --size >= 32")
     args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)
     return args
 

@@ -10,8 +10,9 @@ in two variants:
     managed  ``managed_tuner(kt.RandomSearch)``: each trial's models disposed at
              its end, and the constructor's
 
-Each variant runs in a fresh child process, ``--rounds`` times, interleaved
-(plain, managed, plain, managed, ...) so that machine drift hits both alike. A
+Each variant runs in a fresh child process, once per round of ``--rounds``
+rounds (2 by default), the order rotating between rounds (plain, managed, then
+managed, plain, ...) so that machine drift hits both alike. A
 child samples its RSS (psutil) after the constructor and after every trial
 (once the trial has ended) and reports:
 
@@ -41,7 +42,7 @@ import time
 from typing import Any
 
 import _harness
-from _harness import MIB, ChildOutcome, fmt
+from _harness import MIB, fmt
 
 INPUT_DIM = 784
 CLASSES = 10
@@ -153,43 +154,21 @@ def child_options(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def run_rounds(args: argparse.Namespace) -> dict[str, list[ChildOutcome]]:
-    """Every variant once per round, interleaved: plain, managed, plain, managed, ..."""
-    outcomes: dict[str, list[ChildOutcome]] = {variant: [] for variant in args.variants}
-    for round_number in range(1, args.rounds + 1):
-        for variant in args.variants:
-            print(f"round {round_number}: {variant} ...", file=sys.stderr, flush=True)
-            outcome = _harness.spawn_child(__file__, variant, child_options(args), args.timeout)
-            status = "ok" if outcome.error is None else "FAILED"
-            print(f"  {status} in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
-            outcomes[variant].append(outcome)
-    return outcomes
-
-
-def median_and_spread(values: list[float], spec: str) -> str:
-    if not values:
-        return "-"
-    cell = fmt(statistics.median(values), spec)
-    if len(values) > 1:
-        cell += f" ({fmt(min(values), spec)}..{fmt(max(values), spec)})"
-    return cell
-
-
-def table_rows(outcomes: dict[str, list[ChildOutcome]]) -> list[list[str]]:
+def table_rows(rounds: _harness.Rounds) -> list[list[str]]:
     rows = []
-    for variant, runs in outcomes.items():
-        results = [run.result for run in runs if run.result is not None]
-        if len(results) < len(runs):
+    for variant in rounds.variants:
+        results = [r for r in rounds.results(variant) if r is not None]
+        if len(results) < len(rounds.runs):
             rows.append([LABELS[variant], "FAILED", *["-"] * 5])
             continue
         best = results[0]
-        released = [r["released_mib"] for r in results if "released_mib" in r]
+        released = rounds.values(variant, "released_mib")
         rows.append(
             [
                 LABELS[variant],
-                median_and_spread([r["growth_mib_per_trial"] for r in results], "+.2f"),
-                median_and_spread([r["search_growth_mib"] for r in results], "+.0f"),
-                median_and_spread([r["seconds_per_trial"] for r in results], ".2f"),
+                _harness.fmt_spread(rounds.values(variant, "growth_mib_per_trial"), "+.2f"),
+                _harness.fmt_spread(rounds.values(variant, "search_growth_mib"), "+.0f"),
+                _harness.fmt_spread(rounds.values(variant, "seconds_per_trial"), ".2f"),
                 fmt(statistics.median(released) if released else None, ".0f"),
                 f"{best['best_score']:.4f}",
                 ", ".join(f"{k}={v:.4g}" for k, v in best["best_values"].items()),
@@ -208,14 +187,14 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"{software}, keras-tuner {_harness.version_of('keras-tuner')}",
         f"workload: RandomSearch, {args.trials} trials, seed {SEED}; MLP {INPUT_DIM}-u-u-{CLASSES}"
         f" + Adam, u in {sizes} of weights + slots; 1 epoch of 2 batches of {BATCH_SIZE} per trial",
-        f"rounds:   {args.rounds}, variants interleaved; medians (min..max); slope over trials "
-        f"{args.warmup + 1}..{args.trials}",
+        _harness.rounds_line(args.rounds),
+        f"slope:    over trials {args.warmup + 1}..{args.trials}",
     ]
 
 
-def disagreements(outcomes: dict[str, list[ChildOutcome]]) -> list[str]:
+def disagreements(rounds: _harness.Rounds) -> list[str]:
     """Children whose best trial differs from the first child's (same seed, same search)."""
-    results = [run.result for runs in outcomes.values() for run in runs if run.result]
+    results = [run.result for runs in rounds.runs for run in runs.values() if run.result]
     if not results:
         return []
     first = (results[0]["best_values"], results[0]["best_score"])
@@ -227,7 +206,9 @@ def disagreements(outcomes: dict[str, list[ChildOutcome]]) -> list[str]:
 
 
 def run_parent(args: argparse.Namespace) -> int:
-    outcomes = run_rounds(args)
+    rounds = _harness.run_rounds(
+        __file__, args.variants, args.rounds, child_options(args), args.timeout
+    )
     header = [
         "variant",
         "RSS growth MiB/trial",
@@ -242,12 +223,11 @@ def run_parent(args: argparse.Namespace) -> int:
         "released MiB:  bytes the managed tuner's disposals released (lifecycle_statistics())",
         "best score:    the best trial's val_accuracy; the same seed must give the same search",
     ]
-    _harness.print_report(describe_run(args), header, table_rows(outcomes), legend)
-    mismatches = disagreements(outcomes)
+    _harness.print_report(describe_run(args), header, table_rows(rounds), legend)
+    mismatches = disagreements(rounds)
     for line in mismatches:
         print(f"best trials differ: {line}", file=sys.stderr)
-    flat = {f"{v}#{i}": run for v, runs in outcomes.items() for i, run in enumerate(runs, 1)}
-    return _harness.report_failures(flat) or (1 if mismatches else 0)
+    return _harness.report_round_failures(rounds) or (1 if mismatches else 0)
 
 
 # ---------------------------------------------------------------------------- main
@@ -256,7 +236,6 @@ def run_parent(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _harness.argument_parser(__doc__)
     parser.add_argument("--trials", type=int, default=12, help="trials per search")
-    parser.add_argument("--rounds", type=int, default=2, help="searches per variant")
     parser.add_argument(
         "--warmup", type=int, default=3, help="trials left out of the slope (clamped)"
     )
@@ -266,14 +245,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated hidden widths to choose from (1280 gives 2.6M params)",
     )
     _harness.add_variants_argument(parser, VARIANTS)
-    _harness.add_child_arguments(parser, VARIANTS, timeout=900.0)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=900.0, rounds=2)
     args = parser.parse_args(argv)
     try:
         args.units = [int(u) for u in str(args.units).split(",") if u.strip()]
     except ValueError:
         parser.error(f"--units takes comma-separated integers; got {args.units!r}")
-    if args.trials < 2 or args.rounds < 1 or not args.units or min(args.units) < 1:
-        parser.error("--trials must be >= 2, --rounds >= 1 and every --units width >= 1")
+    if args.trials < 2 or not args.units or min(args.units) < 1:
+        parser.error("--trials must be >= 2 and every --units width >= 1")
     args.warmup = max(0, min(args.warmup, args.trials // 3))
     args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)
     return args

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -24,28 +25,142 @@ def run_benchmark(script: str, *args: str) -> list[str]:
     return result.stdout.splitlines()
 
 
+def split_cells(line: str) -> list[str]:
+    """A table line's cells: separated by two spaces or more (``1.20x (1.01-1.40)`` is one)."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def table(lines: list[str], *header: str) -> dict[str, list[str]]:
+    """The rows, by first cell and split into cells, of the table whose header starts so."""
+    start = next(
+        i for i, line in enumerate(lines) if split_cells(line)[: len(header)] == list(header)
+    )
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.strip():
+            break
+        row = split_cells(line)
+        rows[row[0]] = row
+    return rows
+
+
+def load_harness():
+    """``benchmarks/_harness.py`` as a module (the scripts import it from their directory)."""
+    name = "benchmarks_harness"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "_harness.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = load_harness()
+
+
+def fake_spawn(times: dict[str, list[float]], failing: set[tuple[str, int]], calls: list[str]):
+    """A stand-in for ``spawn_child``: variant v's n-th child reports ``times[v][n]``."""
+
+    def spawn(script, variant, options, timeout):
+        number = sum(call == variant for call in calls)
+        calls.append(variant)
+        if (variant, number) in failing:
+            return harness.ChildOutcome(variant, None, "exit code 1\nboom", 0.0)
+        return harness.ChildOutcome(variant, {"ms": times[variant][number]}, None, 0.0)
+
+    return spawn
+
+
+def test_rounds_rotate_the_order_and_keep_failed_children(capsys):
+    calls: list[str] = []
+    times = {"a": [10.0, 40.0, 20.0], "b": [10.0, 10.0, 40.0], "c": [1.0, 2.0, 3.0]}
+    spawn = fake_spawn(times, {("c", 1)}, calls)
+
+    rounds = harness.run_rounds("x.py", ["a", "b", "c"], 3, ["--opt"], 5.0, spawn=spawn)
+
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert [list(run) for run in rounds.runs] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert rounds.values("a", "ms") == [10.0, 40.0, 20.0]
+    # c's second child failed: its round is left out of c's values, and reported.
+    assert rounds.results("c")[1] is None and rounds.values("c", "ms") == [1.0, 3.0]
+    assert rounds.succeeded("c") == 2 and rounds.last_result("c") == {"ms": 3.0}
+    assert [(n, o.variant) for n, o in rounds.failed()] == [(2, "c")]
+    assert harness.report_round_failures(rounds) == 1
+    out, err = capsys.readouterr()
+    assert "FAILED children" in out and "c in round 2" in out
+    assert "round 2, variant c failed: exit code 1" in err and "boom" in err
+
+
+def test_ratios_are_taken_within_each_round_then_summarised():
+    calls: list[str] = []
+    times = {"a": [10.0, 40.0, 20.0], "b": [10.0, 10.0, 40.0]}
+    rounds = harness.run_rounds(
+        "x.py", ["a", "b"], 3, [], 5.0, spawn=fake_spawn(times, set(), calls)
+    )
+
+    ratios = rounds.ratios("ms", "a", "b")
+    assert ratios == [1.0, 4.0, 0.5]
+    # The median of per-round ratios (1.0), not the ratio of medians (20 / 10 = 2.0).
+    assert harness.fmt_spread(ratios, ".2f", "x") == "1.00x (0.50-4.00)"
+    assert harness.spread_of(ratios) == harness.Spread(1.0, 0.5, 4.0, 3)
+    # A metric may be a function of the result.
+    assert rounds.values("b", lambda r: r["ms"] / 10) == [1.0, 1.0, 4.0]
+    assert harness.fmt_spread(rounds.values("a", "ms"), ".1f", " ms") == "20.0 ms (10.0-40.0)"
+
+
+def test_summary_helpers_skip_what_was_not_measured():
+    assert harness.per_round_ratios([2.0, None, 3.0, 4.0], [1.0, 5.0, 0.0, 8.0]) == [2.0, 0.5]
+    with pytest.raises(ValueError, match="one value per round"):
+        harness.per_round_ratios([1.0], [1.0, 2.0])
+    assert harness.fmt_spread([], ".1f") == "-"
+    assert harness.fmt_spread([None, float("nan")], ".1f") == "-"
+    assert harness.fmt_spread([12.34], ".1f", " ms") == "12.3 ms"
+    assert harness.fmt_spread([3.0, None, 1.0, 2.0], "+.0f") == "+2 (+1-+3)"
+    assert harness.rotation(["a", "b"], 3) == ["b", "a"]
+    with pytest.raises(ValueError, match="at least 1 round"):
+        harness.run_rounds("x.py", ["a"], 0, [], 1.0)
+
+
+def test_rounds_option_takes_positive_integers():
+    parser = harness.argument_parser("A benchmark.")
+    harness.add_child_arguments(parser, ["a"], timeout=10.0, rounds=4)
+    assert parser.parse_args([]).rounds == 4
+    assert parser.parse_args(["--rounds", "2"]).rounds == 2
+    for bad in ("0", "x"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--rounds", bad])
+
+
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_loop_benchmark_prints_one_row_per_variant():
     lines = run_benchmark(
         "loop_training.py",
-        *("--cycles", "3", "--units", "32", "--variants", "a,c,dispose"),
+        *("--rounds", "1", "--cycles", "3", "--units", "32", "--variants", "a,c,dispose"),
         *("--dispose-mb", "1"),
     )
-    rows = {line.split("  ")[0]: line for line in lines}
+    rows = table(lines, "variant")
     assert "(a) del model" in rows and "(c) ManagedModel + dispose()" in rows
     assert "(c) dispose() of a 1 MiB model" in rows
-    # The managed row shows the megabytes it released, not a dash.
-    assert rows["(c) ManagedModel + dispose()"].split()[-2] != "-"
+    # The managed row shows the megabytes it released, not a dash, and its
+    # time per cycle against (a)'s in the same round.
+    managed = rows["(c) ManagedModel + dispose()"]
+    assert managed[-2] != "-" and float(managed[-2]) > 0
+    assert managed[4].endswith("x") and float(managed[4][:-1]) > 0
+    assert rows["(a) del model"][4] == "1.00x"
 
 
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_cleaner_benchmark_prints_latency_rows():
-    lines = run_benchmark("cleaner.py", *("--seconds", "3", "--variants", "naive,bg"))
-    rows = [line for line in lines if line.startswith(("naive", "bg"))]
-    assert [row.split(":")[0] for row in rows[:2]] == ["naive", "bg"]
-    assert all("FAILED" not in row for row in rows)
+    lines = run_benchmark(
+        "cleaner.py", *("--rounds", "1", "--seconds", "3", "--variants", "naive,bg")
+    )
+    rows = table(lines, "variant", "requests")
+    assert [label.split(":")[0] for label in rows] == ["naive", "bg"]
+    assert all("FAILED" not in row for row in rows.values())
+    assert rows["naive: gc.collect() on request thread"][-1] == "1.00x"
+    assert rows["bg: IN_BACKGROUND"][-1].endswith("x")
+    assert any(line.startswith("  bg, last round: ") for line in lines)
 
 
 @pytest.mark.subprocess
@@ -53,26 +168,43 @@ def test_cleaner_benchmark_prints_latency_rows():
 def test_hot_swap_benchmark_swaps_without_failed_requests():
     lines = run_benchmark(
         "hot_swap.py",
-        *("--seconds", "3", "--units", "256", "--min-swaps", "3"),
+        *("--rounds", "1", "--seconds", "3", "--units", "256", "--min-swaps", "3"),
         *("--variants", "direct,registry,swaps,background"),
     )
-    rows = {line.split(":")[0]: line for line in lines if ": " in line}
-    assert {"direct", "registry", "registry-swaps"} <= set(rows)
-    assert all("FAILED" not in row for row in rows.values())
-    for row in (rows["registry-swaps"], next(ln for ln in lines if ln.startswith("swaps +"))):
-        swaps, failed = row.split()[-4:-2]
-        assert int(swaps) > 0 and failed == "0", row
+    rows = {
+        label.split(":")[0]: cells for label, cells in table(lines, "variant", "requests/s").items()
+    }
+    assert {
+        "direct",
+        "registry",
+        "registry-swaps",
+        "swaps + tuned + frozen + background loads",
+    } <= set(rows)
+    for row in rows.values():
+        assert row[-1] == "0", row  # failed requests
+    for label in ("registry-swaps", "swaps + tuned + frozen + background loads"):
+        assert int(rows[label][-2]) >= 3, rows[label]  # swaps
+    ratios = {
+        label.split(":")[0]: cells for label, cells in table(lines, "variant", "vs direct").items()
+    }
+    assert ratios["direct"][1] == "1.00x" and ratios["registry"][2] == "1.00x"
+    assert float(ratios["registry-swaps"][1][:-1]) > 0
+    # Peak RSS over (old + new) and RSS after the drain, for the swapping variants.
+    assert float(ratios["registry-swaps"][3]) > 0 and ratios["direct"][3] == "-"
 
 
 @pytest.mark.subprocess
 def test_checkpoint_benchmark_compares_every_operation_with_plain():
-    lines = run_benchmark("checkpoints.py", *("--units", "128", "--repeats", "1"))
-    rows = {
-        line.split("  ")[0]: line.split() for line in lines if line.startswith(("plain", "keeper"))
-    }
+    lines = run_benchmark("checkpoints.py", *("--units", "128", "--rounds", "2"))
+    rows = table(lines, "operation")
     assert {"plain save", "keeper save", "plain restore", "keeper restore"} <= set(rows)
-    assert rows["plain save"][-2] == "1.00x"
-    assert all(row[-2].endswith("x") and float(row[-2][:-1]) > 0 for row in rows.values())
+    # Two rounds: each cell is the median with its range; plain against itself is 1.
+    assert rows["plain save"][2] == "1.00x (1.00-1.00)"
+    for row in rows.values():
+        ratio = re.fullmatch(r"(\d+\.\d\d)x \((\d+\.\d\d)-(\d+\.\d\d)\)", row[2])
+        assert ratio, row
+        median, low, high = map(float, ratio.groups())
+        assert 0 < low <= median <= high, row
 
 
 @pytest.mark.subprocess
@@ -171,10 +303,12 @@ def test_dispose_benchmark_compares_resnet50_with_the_mlp():
         *("--rounds", "1", "--variants", "mlp,resnet50,plain-mlp"),
         *("--input-size", "32", "--mlp-mb", "4"),
     )
-    rows = {line.split()[0]: line.split() for line in lines if line.startswith(("mlp ", "resnet"))}
+    rows = table(lines, "model", "buffers")
     assert set(rows) == {"mlp", "resnet50"}
-    # The MLP's own ratio, ResNet50's buffers (weights, Adam slots, BN statistics).
-    assert rows["mlp"][5] == "1.00x" and rows["resnet50"][5].endswith("x")
+    # The MLP's own ratios, ResNet50's (one round: no range), and its buffers
+    # (weights, Adam slots, BN statistics).
+    assert rows["mlp"][4] == rows["mlp"][6] == "1.00x"
+    assert float(rows["resnet50"][4][:-1]) > 0 and float(rows["resnet50"][6][:-1]) > 0
     assert int(rows["resnet50"][1]) > 500
     # The plain drop was measured next to the managed MLP.
-    assert rows["mlp"][-3] != "-"
+    assert float(rows["mlp"][-1]) > 0 and rows["resnet50"][-1] == "-"
