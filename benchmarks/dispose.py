@@ -222,8 +222,8 @@ def run_parent(args: argparse.Namespace) -> int:
         "              per-round ratios (min-max); other cells: median over the rounds (min-max)",
         "auto gc ms:   time of Python's automatic collections inside the call",
         "cleaner ms:   time until the session's cleaner is idle after the call: destroying the",
-        "              traced step functions, and the collection (plus kernel-cache clear) it runs",
-        "              once 128 MiB were allocated or released since its last one",
+        "              traced step functions, and the collection (plus kernel-cache clear when",
+        "              due) it runs once 128 MiB were allocated or released since its last one",
         "plain drop ms: del model; keras.backend.clear_session(); gc.collect() of the same",
         "              model unmanaged (frees none of its buffers: the leak stays pinned)",
     ]

@@ -20,6 +20,7 @@ import keras
 
 from . import _model_index, _tf
 from ._core import (
+    KERNEL_CACHE,
     PROCESS,
     CallGate,
     CleanupStrategy,
@@ -219,6 +220,7 @@ class ModelRecord:
             bytes_released = sum(nbytes for nbytes, _ in per_device.values())
             variables_released = sum(count for _, count in per_device.values())
             self._account_release(bytes_released)
+            KERNEL_CACHE.note_released(variables_released)
             if collect or self.owner.cleaner.strategy is not CleanupStrategy.IN_BACKGROUND:
                 detached.clear()
             else:
@@ -335,6 +337,8 @@ class ModelRecord:
             # A buffer whose variable is gone is freed (or will be, with the
             # purged graphs); one whose variable lives is someone else's now.
             released = sum(n for _, variable, n in self.handles if variable() is None)
+            # Their creation kernels are stale whoever holds the variables now.
+            KERNEL_CACHE.note_released(len(self.handles))
             self.handles = []
             self._forget(cleaned=True)
             owned = self._account_release(released)

@@ -233,8 +233,9 @@ class ManagedModel(keras.Model):
                 Defaults to ``model.dispose_timeout`` (30 s).
             collect: ``True`` runs the session's collection now
                 (``gc.collect()``, then TensorFlow's eager kernel cache is
-                cleared), so the model's Python-side cycles and cached kernels
-                go at once (its cost is reported as ``collect_seconds``);
+                cleared once enough buffers were released since its last
+                clear), so the model's Python-side cycles go at once (its
+                cost is reported as ``collect_seconds``);
                 ``False`` never collects; ``None`` (default) leaves it to the
                 session's cleaner, which collects
                 once enough bytes were released, by its strategy.

@@ -19,6 +19,7 @@ import attrs
 
 from . import _tf
 from ._core import (
+    KERNEL_CACHE,
     LIVE_MODELS,
     PROCESS,
     Cleaner,
@@ -84,15 +85,23 @@ class SessionStatistics:
 
 
 def collect() -> None:
-    """What a cleaner runs: ``gc.collect()``, then clear TensorFlow's eager kernel cache.
+    """What a cleaner runs: ``gc.collect()``, then TensorFlow's eager kernel cache when due.
 
     The kernel cache holds a kernel for every op and traced function that ran,
-    those of disposed models included (0.1-0.7 MiB per model), until it is
-    cleared; the next call of each live function re-creates its kernel (about
-    6 ms for a served MLP, measured).
+    those of disposed models included (about 35 KiB per buffer they held,
+    0.1-0.7 MiB per model), until it is cleared; the next call of each live
+    function then re-creates its kernel (about 6 ms for a served MLP), and the
+    next dispose of a live model one release kernel per distinct variable
+    shape (about 1 ms each). So the cache is cleared only once managed models
+    released at least ``KERNEL_CACHE.statistics().threshold`` buffers (32)
+    since the last clear, process-wide: a collection raised by allocations
+    alone keeps the kernels of the models just built, and one that follows
+    disposals frees what they left. ``keras.backend.clear_session()`` clears
+    the cache regardless.
     """
     gc.collect()
-    _tf.memory.clear_kernel_cache()
+    if KERNEL_CACHE.take():
+        _tf.memory.clear_kernel_cache()
 
 
 def freeze_heap() -> None:
@@ -174,7 +183,8 @@ class LifecycleSession:
             frozen are never collected afterwards.
         close_timeout: Seconds ``close()`` waits for each model's calls in flight.
         collector: The collection the cleaner runs: by default :func:`collect`
-            (``gc.collect()``, then TensorFlow's eager kernel cache is cleared).
+            (``gc.collect()``, then TensorFlow's eager kernel cache is cleared once
+            enough buffers were released since the last clear).
             A seam for tests.
         parent: The parent session; defaults to the session current in this
             thread when the session is created.

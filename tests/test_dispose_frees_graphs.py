@@ -55,3 +55,27 @@ def test_the_same_loop_with_plain_keras_leaks_graphs():
         cycle(dispose=False, model_class=keras.Model)
     assert live(FuncGraph) >= graphs + 3
     assert _tf.custom_gradient_entries() >= entries + 3
+
+
+RELEASE_UNDER_ANOTHER_DEVICE_CHILD = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from lifecycle import _tf
+
+with tf.device("/CPU:1"):
+    far = tf.Variable(tf.ones([64, 64]))
+near = tf.Variable(tf.ones([3], tf.int32))
+with tf.device("/CPU:0"):  # the caller's scope must not steer the release
+    released = _tf.release_by_device([far, near])
+print(sorted((device[-5:], count) for device, (_, count) in released.items()))
+print(_tf.is_released(far), _tf.is_released(near), tf.shape(far.read_value()).numpy().tolist())
+"""
+
+
+@pytest.mark.subprocess
+def test_a_release_runs_on_each_buffers_device_whatever_the_callers_scope(run_child):
+    # Local buffers are released with no device asked for (so the release reuses
+    # the kernels their creation built); TensorFlow places each on its buffer's device.
+    lines = run_child(RELEASE_UNDER_ANOTHER_DEVICE_CHILD, timeout=240).strip().splitlines()
+    assert lines[-2:] == ["[('CPU:0', 1), ('CPU:1', 1)]", "True True [0]"]

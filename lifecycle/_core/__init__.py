@@ -24,6 +24,9 @@ from ._cleaner import warn_from_finalizer as warn_from_finalizer
 from ._counters import LIVE_MODELS as LIVE_MODELS
 from ._counters import PROCESS as PROCESS
 from ._gate import CallGate as CallGate
+from ._kernels import KERNEL_CACHE as KERNEL_CACHE
+from ._kernels import KernelCachePolicy as KernelCachePolicy
+from ._kernels import KernelCacheStatistics as KernelCacheStatistics
 from ._loader import Loader as Loader
 from ._loader import check_gil_share as check_gil_share
 from ._loader import check_nice as check_nice
@@ -38,6 +41,7 @@ from ._state import SessionState as SessionState
 from ._units import MiB as MiB
 
 __all__ = [
+    "KERNEL_CACHE",
     "LIVE_MODELS",
     "PROCESS",
     "AllocatorSettings",
@@ -49,6 +53,8 @@ __all__ = [
     "CleanerStatistics",
     "CleanupStrategy",
     "EvictionPlan",
+    "KernelCachePolicy",
+    "KernelCacheStatistics",
     "Loader",
     "MiB",
     "ModelState",
