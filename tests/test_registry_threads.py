@@ -83,11 +83,11 @@ print(json.dumps({"requests": requests, "failures": failures,
     [
         # The fast lane's: the same checks over a few promotions.
         pytest.param("", 5, id="calling-thread-short"),
-        pytest.param("", 50, id="calling-thread", marks=pytest.mark.slow),
+        pytest.param("", 25, id="calling-thread", marks=pytest.mark.slow),
         # Background loads: on the loader thread, paced while requests are in flight.
         pytest.param(
             "loader_nice=19, loader_gil_share=0.5",
-            20,
+            10,
             marks=[
                 pytest.mark.slow,
                 pytest.mark.skipif(
