@@ -21,6 +21,10 @@ from tensorflow.python.ops import resource_variable_ops
 from ._internal import internal
 
 BaseResourceVariable = resource_variable_ops.BaseResourceVariable
+# The variables that hold one buffer and contain nothing: most of any model's.
+_PLAIN_LEAVES = frozenset(
+    {resource_variable_ops.ResourceVariable, resource_variable_ops.UninitializedVariable}
+)
 
 
 def keras_variables(model: keras.Model) -> list[Any]:
@@ -94,7 +98,10 @@ def variable_leaves(variables: Iterable[Any]) -> list[BaseResourceVariable]:
     seen: set[int] = set()
     found = []
     for variable in variables:
-        for leaf in leaves(variable):
+        variable = tf_variable(variable)
+        # A plain variable is its own leaf: skip the walk (a large model has
+        # hundreds of them, and dispose() reads them all).
+        for leaf in (variable,) if type(variable) in _PLAIN_LEAVES else leaves(variable):
             if id(leaf) not in seen:
                 seen.add(id(leaf))
                 found.append(leaf)
