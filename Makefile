@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint check-size format bench clean
+.PHONY: demo test test-all test-fast lint check-size format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,12 +42,19 @@ lint: check-size $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The benchmark scripts' end-to-end runs (marker `benchmark`) are left out of
+# `make test`; one cheap run through the harness's child processes stays in.
+# A `-m` in PYTEST_ARGS comes last and replaces the target's own.
 test: lint
+	$(BIN)/python -m pytest -m "not benchmark" $(PYTEST_ARGS)
+
+# Everything, the benchmark scripts' end-to-end runs included.
+test-all: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The fast lane: the slow tests left out, one test of every kind kept.
 test-fast: lint
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not benchmark" $(PYTEST_ARGS)
 
 format: $(VENV)/.dev-installed
 	$(BIN)/ruff format .

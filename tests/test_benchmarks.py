@@ -1,7 +1,16 @@
-"""The benchmarks (the loop one is what `make bench` runs) work end to end, on tiny workloads."""
+"""The benchmark scripts work: options, tables and child processes, then end to end.
+
+The default run checks every script's ``--help`` and parent role (tables built from
+children's results, without TensorFlow), one script through real child processes,
+and the checkpoint benchmark. The end-to-end runs of the other scripts, a child
+process per variant on a tiny workload, carry the ``benchmark`` marker: ``make
+test-all`` runs them, ``make test`` leaves them out.
+"""
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
 import re
 import subprocess
@@ -11,6 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+SCRIPTS = sorted(path.name for path in BENCHMARKS.glob("*.py") if not path.name.startswith("_"))
 
 
 def run_benchmark(script: str, *args: str) -> list[str]:
@@ -130,8 +141,208 @@ def test_rounds_option_takes_positive_integers():
             parser.parse_args(["--rounds", bad])
 
 
+# Run in a child: the script's --help, then which heavy modules its parent role loaded.
+HELP_CHILD = """
+import runpy, sys
+sys.path.insert(0, {directory!r})
+sys.argv = [{script!r}, "--help"]
+try:
+    runpy.run_path({script!r}, run_name="__main__")
+except SystemExit as exit:
+    code = exit.code
+else:
+    code = "no exit"
+print("heavy modules:", sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
+sys.exit(code)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_benchmark_script_shows_its_options_without_loading_tensorflow(script):
+    code = HELP_CHILD.format(directory=str(BENCHMARKS), script=str(BENCHMARKS / script))
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Every script runs its variants in rounds (the machine drifts between runs).
+    assert "--rounds" in result.stdout and "usage:" in result.stdout, result.stdout
+    # The parent role only starts children and prints tables: no TensorFlow import.
+    assert result.stdout.splitlines()[-1] == "heavy modules: []", result.stdout
+
+
+@pytest.fixture
+def load_script(monkeypatch):
+    """Imports ``benchmarks/<name>.py`` as a module, as its parent role sees its siblings."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    before = set(sys.modules)
+    yield lambda name: importlib.import_module(name.removesuffix(".py"))
+    for name in set(sys.modules) - before:
+        if Path(getattr(sys.modules[name], "__file__", None) or "/").parent == BENCHMARKS:
+            del sys.modules[name]
+
+
+def fake_children(monkeypatch, module, results: dict[str, dict] | None) -> list[str]:
+    """Make ``module``'s parent run its rounds with stand-in children.
+
+    Variant v's child reports ``results[v]`` (every round alike); with ``results``
+    None, every child fails. Returns the variants of the children started, in order.
+    """
+    started: list[str] = []
+
+    def spawn(script, variant, options, timeout):
+        started.append(variant)
+        if results is None:
+            return module._harness.ChildOutcome(variant, None, "exit code 1\nboom", 0.0)
+        return module._harness.ChildOutcome(variant, results[variant], None, 0.0)
+
+    real = module._harness.run_rounds
+    monkeypatch.setattr(module._harness, "run_rounds", functools.partial(real, spawn=spawn))
+    return started
+
+
+# The scripts whose parent runs its children through ``_harness.run_rounds``, with
+# command lines naming two variants (run for two rounds).
+ROUND_SCRIPTS = {
+    "cleaner.py": ["--variants", "naive,bg"],
+    "dispose.py": ["--variants", "mlp,plain-mlp"],
+    "hot_swap.py": ["--variants", "direct,swaps"],
+    "loop_training.py": ["--variants", "a,c"],
+    "sweep.py": ["--variants", "plain,managed"],
+    "sweeps.py": ["--variants", "plain,managed"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(ROUND_SCRIPTS))
+def test_a_benchmark_whose_children_all_fail_still_reports_and_exits_1(
+    script, load_script, monkeypatch, capsys
+):
+    module = load_script(script)
+    args = module.parse_args([*ROUND_SCRIPTS[script], "--rounds", "2"])
+    started = fake_children(monkeypatch, module, None)
+
+    assert module.run_parent(args) == 1
+    assert len(started) == 4 and set(started) == set(args.variants)
+    out, err = capsys.readouterr()
+    assert out.startswith("machine: "), out
+    assert "FAILED children (left out of the medians; errors on stderr): " in out, out
+    assert f"{args.variants[1]} in round 2" in out and "boom" in err
+
+
+def test_the_loop_benchmark_table_shows_each_variant_against_the_first(
+    load_script, monkeypatch, capsys
+):
+    module = load_script("loop_training.py")
+    args = module.parse_args(["--variants", "a,c,dispose", "--rounds", "2", "--dispose-mb", "8"])
+    loop = {"growth_mib_per_cycle": 14.0, "seconds_per_cycle": 0.5, "drop_ms": 2.0}
+    fake_children(
+        monkeypatch,
+        module,
+        {
+            "a": {**loop, "rss_mib": [300.0, 700.0]},
+            "c": {**loop, "seconds_per_cycle": 0.6, "release_ms": 30.0, "released_mib": 31.5},
+            "dispose": {"release_ms": 12.0, "released_mib": 8.0},
+        },
+    )
+
+    assert module.run_parent(args) == 0
+    rows = table(capsys.readouterr().out.splitlines(), "variant")
+    assert rows["(a) del model"] == [
+        *("(a) del model", "+14.00 (+14.00-+14.00)", "0.500 (0.500-0.500)", "-"),
+        *("1.00x (1.00-1.00)", "2.0 (2.0-2.0)", "-", "-", "700 (700-700)"),
+    ]
+    managed = rows["(c) ManagedModel + dispose()"]
+    assert managed[4] == "1.20x (1.20-1.20)" and managed[-2] == "31.5 (31.5-31.5)", managed
+    dispose = rows["(c) dispose() of a 8 MiB model"]
+    assert dispose[1:5] == ["-"] * 4 and dispose[6:8] == ["12.0 (12.0-12.0)", "8.0 (8.0-8.0)"]
+
+
+def test_the_dispose_benchmark_table_shows_each_model_against_the_mlp(
+    load_script, monkeypatch, capsys
+):
+    module = load_script("dispose.py")
+    args = module.parse_args(["--variants", "mlp,mobilenetv2,plain-mlp", "--rounds", "2"])
+    times = {"release_ms": 10.0, "auto_gc_ms": 0.0, "cleaner_ms": 5.0}
+    fake_children(
+        monkeypatch,
+        module,
+        {
+            "mlp": {**times, "variables": 19, "released_mib": 100.0, "dispose_ms": 12.0},
+            "mobilenetv2": {
+                **times,
+                **{"variables": 591, "released_mib": 27.4, "dispose_ms": 36.0, "release_ms": 25.0},
+            },
+            "plain-mlp": {"plain_ms": 80.0},
+        },
+    )
+
+    assert module.run_parent(args) == 0
+    rows = table(capsys.readouterr().out.splitlines(), "model", "buffers")
+    assert set(rows) == {"mlp", "mobilenetv2"}
+    assert rows["mlp"][1:3] == ["19", "100"] and rows["mlp"][-1] == "80.0 (80.0-80.0)"
+    assert rows["mlp"][4] == rows["mlp"][6] == "1.00x (1.00-1.00)"
+    assert rows["mobilenetv2"][1:3] == ["591", "27"], rows["mobilenetv2"]
+    assert rows["mobilenetv2"][4] == "3.00x (3.00-3.00)" and rows["mobilenetv2"][6] == (
+        "2.50x (2.50-2.50)"
+    )
+    assert rows["mobilenetv2"][-1] == "-"  # no plain-mobilenetv2 child ran
+
+
+@pytest.mark.parametrize("managed_best", [0.75, 0.5])
+def test_the_sweeps_benchmark_exits_1_when_the_searches_disagree(
+    managed_best, load_script, monkeypatch, capsys
+):
+    module = load_script("sweeps.py")
+    args = module.parse_args(["--rounds", "2"])
+    plain = {"variant": "plain", "growth_mib_per_trial": 3.0, "search_growth_mib": 20.0}
+    plain |= {"seconds_per_trial": 1.5, "best_score": 0.75}
+    plain |= {"best_values": {"units": 64, "learning_rate": 0.001}}
+    managed = plain | {"variant": "managed", "growth_mib_per_trial": 0.1, "released_mib": 9.0}
+    managed["best_score"] = managed_best
+    fake_children(monkeypatch, module, {"plain": plain, "managed": managed})
+
+    agree = managed_best == plain["best_score"]
+    assert module.run_parent(args) == (0 if agree else 1)
+    out, err = capsys.readouterr()
+    rows = table(out.splitlines(), "variant")
+    assert rows[module.LABELS["plain"]][4:] == ["-", "0.7500", "units=64, learning_rate=0.001"]
+    assert rows[module.LABELS["managed"]][1] == "+0.10 (+0.10-+0.10)"
+    assert rows[module.LABELS["managed"]][4] == "9"
+    assert ("best trials differ: managed" in err) is not agree
+
+
+def test_the_checkpoint_benchmark_compares_each_operation_with_plain(load_script):
+    module = load_script("checkpoints.py")
+    times = {name: [0.010, 0.020] for name in module.OPERATIONS}
+    times["keeper save"] = [0.012, 0.040]
+    rows = {row[0]: row for row in module.rows(times)}
+    assert rows["plain save"][1:] == ["15 (10-20)", "1.00x (1.00-1.00)", "-"]
+    assert rows["keeper save"][1:] == ["26 (12-40)", "1.60x (1.20-2.00)", "missed"]
+    assert rows["keeper restore"][2:] == ["1.00x (1.00-1.00)", "met"]
+    module._harness.render_table(module.HEADER, list(rows.values()))  # as many cells as columns
+
+
 @pytest.mark.subprocess
 @pytest.mark.slow
+def test_the_dispose_benchmark_runs_each_variant_in_a_child_process():
+    # The harness end to end, with real children, on the cheapest workload: a 1 MiB
+    # MLP disposed by one child and dropped the plain way by the other.
+    lines = run_benchmark(
+        "dispose.py", *("--rounds", "1", "--variants", "mlp,plain-mlp", "--mlp-mb", "1")
+    )
+    rows = table(lines, "model", "buffers")
+    assert set(rows) == {"mlp"}
+    mlp = rows["mlp"]
+    # Its own ratios, the buffers and MiB its dispose() released, and the plain
+    # drop's time, measured in the other child.
+    assert mlp[4] == mlp[6] == "1.00x", mlp
+    assert int(mlp[1]) > 0 and float(mlp[2]) > 0, mlp
+    assert float(mlp[3]) > 0 and float(mlp[-1]) > 0, mlp
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.benchmark
 def test_loop_benchmark_prints_one_row_per_variant():
     lines = run_benchmark(
         "loop_training.py",
@@ -151,6 +362,7 @@ def test_loop_benchmark_prints_one_row_per_variant():
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.benchmark
 def test_cleaner_benchmark_prints_latency_rows():
     lines = run_benchmark(
         "cleaner.py", *("--rounds", "1", "--seconds", "3", "--variants", "naive,bg")
@@ -165,6 +377,7 @@ def test_cleaner_benchmark_prints_latency_rows():
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.benchmark
 def test_hot_swap_benchmark_swaps_without_failed_requests():
     lines = run_benchmark(
         "hot_swap.py",
@@ -209,6 +422,7 @@ def test_checkpoint_benchmark_compares_every_operation_with_plain():
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.benchmark
 def test_serve_benchmark_compares_the_servers_and_swaps_without_failed_requests():
     lines = run_benchmark(
         "serve.py",
@@ -227,6 +441,7 @@ def test_serve_benchmark_compares_the_servers_and_swaps_without_failed_requests(
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.benchmark
 def test_sweeps_benchmark_compares_plain_and_managed_on_the_same_search():
     lines = run_benchmark("sweeps.py", *("--trials", "2", "--rounds", "1", "--units", "16,32"))
     rows = {
@@ -240,6 +455,7 @@ def test_sweeps_benchmark_compares_plain_and_managed_on_the_same_search():
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.benchmark
 def test_sweep_benchmark_compares_managed_with_plain():
     lines = run_benchmark(
         "sweep.py",
@@ -282,6 +498,7 @@ def check_batching_part(lines: list[str], served: bool) -> None:
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.benchmark
 def test_batching_benchmark_measures_off_and_on_in_process_and_served():
     lines = run_benchmark(
         "batching.py",
@@ -297,6 +514,7 @@ def test_batching_benchmark_measures_off_and_on_in_process_and_served():
 
 @pytest.mark.subprocess
 @pytest.mark.slow
+@pytest.mark.benchmark
 def test_dispose_benchmark_compares_an_application_with_the_mlp():
     # MobileNetV2 rather than ResNet50: as many buffers to release, built in less time.
     lines = run_benchmark(

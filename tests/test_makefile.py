@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,3 +56,38 @@ def test_the_repository_itself_passes_the_check():
         pytest.skip("not a git checkout")
     result = _check_size(ROOT)
     assert result.returncode == 0, result.stdout
+
+
+def registered_markers() -> set[str]:
+    """The markers pyproject.toml registers for pytest (its ``"name: description"`` lines)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text.split("\nmarkers = [", 1)[1].split("\n]", 1)[0]
+    return set(re.findall(r'^\s*"(\w+):', block, re.MULTILINE))
+
+
+@pytest.mark.parametrize(
+    "target, selection",
+    [
+        ("test", ["-m", "not benchmark"]),
+        ("test-fast", ["-m", "not slow and not benchmark"]),
+        ("test-all", []),
+    ],
+)
+def test_each_test_target_selects_by_registered_markers_then_passes_pytest_args(
+    tmp_path, target, selection
+):
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    (tmp_path / "pyproject.toml").touch()
+    result = subprocess.run(
+        ["make", "-n", "--no-print-directory", target, "PYTEST_ARGS=-k x"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if " -m pytest" in line]
+    # A -m in PYTEST_ARGS comes after the target's and so replaces it (the last -m wins).
+    assert commands == [[".venv/bin/python", "-m", "pytest", *selection, "-k", "x"]], result.stdout
+    # pytest takes a -m naming an unknown marker silently: each named one is registered.
+    named = set(" ".join(selection[1:]).replace("not ", "").split(" and ")) - {""}
+    assert named <= registered_markers(), named
