@@ -60,6 +60,8 @@ def loader_threads(name):
 
 @linux_only
 def test_loads_run_on_the_registry_thread_at_lower_priority():
+    if nice_of_this_thread() + 7 > 19:  # Linux clamps nice values at 19
+        pytest.skip("this thread's nice value leaves no room to lower the loader's by 7")
     seen = {}
     with lc.ModelRegistry(name="nice", loader_nice=7) as registry:
         registry.load("risk", 1, constant(1.0, seen))
