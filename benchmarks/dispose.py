@@ -36,7 +36,7 @@ The parent exits non-zero if a child fails, and names the failed children.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/dispose.py                       # 5 rounds, about 10 min
+    python benchmarks/dispose.py                       # 5 rounds, about 18 min
     python benchmarks/dispose.py --rounds 1 --variants mlp,resnet50 --input-size 32
 """
 
