@@ -456,21 +456,6 @@ def print_table(
     print("\n".join(legend))
 
 
-def report_failures(outcomes: Mapping[str, ChildOutcome]) -> int:
-    """Print each failed variant's error on stderr.
-
-    Args:
-        outcomes: The outcomes returned by :func:`run_variants`.
-
-    Returns:
-        The parent's exit code: 1 if any variant failed, else 0.
-    """
-    failed = [o for o in outcomes.values() if o.error is not None]
-    for outcome in failed:
-        print(f"\nvariant {outcome.variant} failed: {outcome.error}", file=sys.stderr)
-    return 1 if failed else 0
-
-
 def report_round_failures(rounds: Rounds) -> int:
     """Name the failed children on stdout, under the report, and their errors on stderr.
 
