@@ -6,7 +6,8 @@ the served MLP of ``hot_swap.py`` (Input(256) -> Dense(units, relu) ->
 Dense(units, relu) -> Dense(16), no optimizer; ``--units 2048`` gives 4.76M
 params). Batching *on* is ``max_batch_size=32``, padded up to
 ``--allowed-batch-sizes`` (1,2,4,8,16,32; ``""`` for no padding), no batch
-timeout; *off* is no batching.
+timeout, ``num_batch_threads`` the policy's default unless ``--num-batch-threads``;
+*off* is no batching.
 
 in-process
     The MLP is loaded twice into one ``lc.ModelRegistry``: once plainly (*off*)
@@ -163,8 +164,11 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     import lifecycle as lc
 
     request = np.random.default_rng(0).standard_normal((1, INPUT_DIM), dtype=np.float32)
+    threads = (
+        {} if args.num_batch_threads is None else {"num_batch_threads": args.num_batch_threads}
+    )
     policy = lc.BatchingPolicy(
-        max_batch_size=MAX_BATCH_SIZE, allowed_batch_sizes=args.allowed_batch_sizes
+        max_batch_size=MAX_BATCH_SIZE, allowed_batch_sizes=args.allowed_batch_sizes, **threads
     )
     registry = lc.ModelRegistry(name="bench")
 
@@ -192,6 +196,11 @@ def child_options(args: argparse.Namespace) -> list[str]:
         *("--seconds", str(args.seconds), "--warmup", str(args.warmup)),
         *("--units", str(args.units), "--clients", ",".join(map(str, args.clients))),
         *("--allowed-batch-sizes", ",".join(map(str, args.allowed_batch_sizes))),
+        *(
+            ()
+            if args.num_batch_threads is None
+            else ("--num-batch-threads", str(args.num_batch_threads))
+        ),
     ]
 
 
@@ -218,6 +227,8 @@ def server_flags(mode: str, args: argparse.Namespace) -> list[str]:
         flags += ["--enable_batching", "--max_batch_size", str(MAX_BATCH_SIZE)]
         if args.allowed_batch_sizes:
             flags += ["--allowed_batch_sizes", ",".join(map(str, args.allowed_batch_sizes))]
+        if args.num_batch_threads is not None:
+            flags += ["--num_batch_threads", str(args.num_batch_threads)]
     return flags
 
 
@@ -457,7 +468,8 @@ def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
         f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params "
         f"({params * 4 / MIB:.1f} MiB weights); N clients sending 1 row back to back",
         f"batching: on = max_batch_size {MAX_BATCH_SIZE}, allowed batch sizes "
-        f"{args.allowed_batch_sizes or 'none (no padding)'}, no timeout; off = none",
+        f"{args.allowed_batch_sizes or 'none (no padding)'}, no timeout, num_batch_threads "
+        f"{args.num_batch_threads or 'the default (the cores)'}; off = none",
         f"rounds:   {args.rounds} per part, each measuring every phase for {args.seconds:g} s "
         f"after {args.warmup:g} s of warm-up, off and on of one N back to back, their order "
         "alternating between rounds",
@@ -559,6 +571,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--units", type=int, default=2048, help="hidden width (2048 gives 4.76M params)"
     )
+    parser.add_argument(
+        "--num-batch-threads",
+        type=int,
+        default=None,
+        help="the policy's num_batch_threads (default: the policy's, the cores)",
+    )
     _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
     args = parser.parse_args(argv)
 
@@ -566,6 +584,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--seconds, --units and --timeout must be positive, --warmup not negative")
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
+    if args.num_batch_threads is not None and args.num_batch_threads < 1:
+        parser.error("--num-batch-threads must be 1 or more")
     args.clients = parse_counts(parser, "--clients", args.clients)
     sizes = parse_counts(parser, "--allowed-batch-sizes", args.allowed_batch_sizes, empty=True)
     if sizes and (sizes != sorted(sizes) or sizes[-1] != MAX_BATCH_SIZE):

@@ -7,6 +7,11 @@ gets exactly its own row. The example checks each answer against the model and
 prints the throughput of both and how many requests a batch held on average.
 Throughput depends on the machine; ``benchmarks/batching.py`` measures it properly.
 
+Last, a version with a bounded queue (``max_enqueued_batches=1``): while one batch
+runs and one full batch waits, further callers are refused at once with
+``lc.QueueFullError`` (what ``lifecycle serve`` answers with 503 UNAVAILABLE), and the
+example counts them.
+
 Run: python examples/request_batching.py
 """
 
@@ -55,6 +60,30 @@ def serve(registry: lc.ModelRegistry, version: int, seconds: float) -> tuple[int
     return sum(counts), sum(wrong)
 
 
+def shed(registry: lc.ModelRegistry, version: int) -> tuple[int, int]:
+    """``CLIENTS`` threads calling ``version`` at once, 20 times each: (served, refused)."""
+    row = np.ones((1, 256), dtype=np.float32)
+    served = [0] * CLIENTS
+    refused = [0] * CLIENTS
+    start = threading.Barrier(CLIENTS)
+
+    def client(i: int) -> None:
+        start.wait()
+        for _ in range(20):
+            try:
+                registry.predict("scorer", row, version=version)
+                served[i] += 1
+            except lc.QueueFullError:
+                refused[i] += 1  # a real client retries later, or elsewhere
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(CLIENTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(served), sum(refused)
+
+
 def main(seconds: float = 3.0) -> None:
     policy = lc.BatchingPolicy(max_batch_size=16, allowed_batch_sizes=(1, 2, 4, 8, 16))
     with lc.ModelRegistry() as registry:
@@ -69,6 +98,11 @@ def main(seconds: float = 3.0) -> None:
             f"batches: {stats.batches}, {stats.mean_batch_requests:.1f} requests per batch, "
             f"{stats.padded_rows} padded rows"
         )
+        bounded = lc.BatchingPolicy(max_batch_size=2, num_batch_threads=1, max_enqueued_batches=1)
+        registry.load("scorer", 3, build, batching=bounded)
+        served, refused = shed(registry, 3)
+        rejected = registry.status("scorer")[2].batching.rejected
+        print(f"bounded queue: {served} served, {refused} refused at once ({rejected} counted)")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from .errors import DrainTimeoutError as DrainTimeoutError
 from .errors import LifecycleError as LifecycleError
 from .errors import LoadError as LoadError
 from .errors import NotAModelError as NotAModelError
+from .errors import QueueFullError as QueueFullError
 from .errors import UnavailableError as UnavailableError
 from .errors import UnknownModelError as UnknownModelError
 from .monitoring import LeakReport as LeakReport
@@ -90,6 +91,7 @@ __all__ = [
     "ModelStatistics",
     "NamedTensorSpec",
     "NotAModelError",
+    "QueueFullError",
     "RegistryStatistics",
     "ScanReport",
     "ServingFunction",

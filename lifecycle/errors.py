@@ -18,6 +18,7 @@ something that is not a Keras model has its own :class:`NotAModelError`::
     ├── LoadError(RuntimeError)               a registry load failed (factory, file, warm-up)
     ├── BudgetExceededError(MemoryError)      a load cannot fit the registry's budget
     ├── UnavailableError(TimeoutError)        no routable version appeared within the wait
+    ├── QueueFullError(RuntimeError)          a batching version's queue is full: retry later
     ├── CheckpointError(RuntimeError)         a checkpoint is missing, corrupt or does not match
     └── CoordinationError(TimeoutError)       workers could not agree to dispose together
 """
@@ -35,6 +36,7 @@ __all__ = [
     "LifecycleError",
     "LoadError",
     "NotAModelError",
+    "QueueFullError",
     "UnavailableError",
     "UnknownModelError",
 ]
@@ -108,6 +110,16 @@ class BudgetExceededError(LifecycleError, MemoryError):
 
 class UnavailableError(LifecycleError, TimeoutError):
     """No routable version of a model appeared within the wait (a swap gap)."""
+
+
+class QueueFullError(LifecycleError, RuntimeError):
+    """A batching version already has ``max_enqueued_batches`` batches waiting.
+
+    Raised at once, before the request is queued (TensorFlow Serving's
+    ``max_enqueued_batches``): the load is more than the version can serve, and
+    the caller should retry later or elsewhere. ``lifecycle serve`` answers it
+    with 503 UNAVAILABLE, as TensorFlow Serving does.
+    """
 
 
 class CheckpointError(LifecycleError, RuntimeError):

@@ -17,6 +17,7 @@ def test_every_error_derives_from_the_root_and_a_builtin():
         lc.LoadError: RuntimeError,
         lc.BudgetExceededError: MemoryError,
         lc.UnavailableError: TimeoutError,
+        lc.QueueFullError: RuntimeError,
         lc.CheckpointError: RuntimeError,
         lc.CoordinationError: TimeoutError,
     }

@@ -60,6 +60,14 @@ def every_answer_was_right_and_requests_were_merged(out: str) -> None:
         assert int(line[1]) > 0 and line[2] == "0", line[0]
     merged = line_matching(r"^batches: (\d+), ([\d.]+) requests per batch", out)
     assert float(merged[2]) > 1.0, merged[0]
+    # 16 threads at once against one running batch and one waiting: some are refused,
+    # every call is either served or refused, and the statistics count the refusals.
+    bounded = line_matching(
+        r"^bounded queue: (\d+) served, (\d+) refused at once \((\d+) counted\)$", out
+    )
+    served, refused, counted = map(int, bounded.groups())
+    assert served > 0 and refused > 0 and served + refused == 16 * 20, bounded[0]
+    assert counted == refused, bounded[0]
 
 
 def user_7_sticks_and_the_split_is_90_10(out: str) -> None:

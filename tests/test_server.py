@@ -696,10 +696,14 @@ def stop(process: subprocess.Popen) -> str:
 
 
 @pytest.mark.subprocess
-def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
+def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root, tmp_path):
     port, grpc_port = free_port(), free_port()
     flags = ["--rest_api_port", str(port), "--port", str(grpc_port), "--model_name", "risk"]
     flags += ["--model_base_path", str(models_root / "risk"), "--drain_seconds", "5"]
+    # TensorFlow Serving's batching and thread flags, as a deployment passes them.
+    (tmp_path / "batching.config").write_text("max_batch_size { value: 8 }\n")
+    flags += ["--enable_batching", "--batching_parameters_file", str(tmp_path / "batching.config")]
+    flags += ["--tensorflow_intra_op_parallelism", "1"]
     with lifecycle_serve(*flags) as process:
         body = {"instances": [[0.0, 0.0, 0.0]]}
         answer = httpx.post(
@@ -707,10 +711,37 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root):
         )
         assert answer.json() == {"predictions": [[3.0, 3.0]]}  # the latest version, 3
         assert grpc_predict(grpc_port) == ([[3.0, 3.0]], 3)  # the same service over gRPC
+        status = httpx.get(f"http://127.0.0.1:{port}/v1/admin/models/risk", timeout=30).json()
+        assert status["versions"][0]["batching"]["requests"] == 2  # both went through batching
         output = stop(process)
     assert "Shutting down" in output
     assert f"gRPC running on 127.0.0.1:{grpc_port}" in output
     assert "Registry closed: 1 version(s) drained and disposed." in output
+
+
+@pytest.mark.subprocess
+def test_thread_counts_are_set_before_tensorflow_runs_and_refused_after(run_child):
+    out = run_child(
+        """
+        import tensorflow as tf
+        from lifecycle.server import ServerConfig
+        from lifecycle.server._app import set_parallelism
+
+        set_parallelism(ServerConfig(intra_op_parallelism=1, inter_op_parallelism=2))
+        threads = tf.config.threading
+        print("counts:", threads.get_intra_op_parallelism_threads(),
+              threads.get_inter_op_parallelism_threads())
+        print("sum:", float(tf.constant(1.0) + 1.0))  # TensorFlow runs: counts fixed
+        set_parallelism(ServerConfig(intra_op_parallelism=1))  # the same: nothing to do
+        try:
+            set_parallelism(ServerConfig(intra_op_parallelism=3))
+        except RuntimeError as error:
+            print("refused:", error)
+        """
+    )
+    assert "counts: 1 2" in out and "sum: 2.0" in out
+    assert "refused: --tensorflow_intra_op_parallelism 3 cannot take effect: this process " in out
+    assert "with 1 threads" in out
 
 
 @pytest.mark.subprocess

@@ -455,3 +455,80 @@ def test_batching_merges_concurrent_requests_and_reports_it(tmp_path):
         with pytest.raises(ValueError, match=re.escape(fragment)):
             ServerConfig.from_flags(enable_batching=True, **flags)
     assert ServerConfig.from_flags(max_batch_size=0).batching is None  # batching off
+    config = ServerConfig.from_flags(
+        enable_batching=True, num_batch_threads=1, max_enqueued_batches=4, max_batch_size=8
+    )
+    assert config.batching == lc.BatchingPolicy(8, num_batch_threads=1, max_enqueued_batches=4)
+
+
+BATCHING_FILE = """
+# As written for TensorFlow Serving's --batching_parameters_file.
+max_batch_size { value: 16 }
+batch_timeout_micros { value: 500 }
+max_enqueued_batches { value: 100 }
+num_batch_threads { value: 3 }
+thread_pool_name { value: "model_server_batch_threads" }
+allowed_batch_sizes: [4, 8, 16]
+pad_variable_length_inputs: false
+"""
+
+
+def test_a_tensorflow_serving_batching_parameters_file_is_read_as_is(tmp_path):
+    path = tmp_path / "batching.config"
+    path.write_text(BATCHING_FILE)
+    config = ServerConfig.from_flags(enable_batching=True, batching_parameters_file=str(path))
+    assert config.batching == lc.BatchingPolicy(
+        max_batch_size=16,
+        batch_timeout_micros=500,
+        allowed_batch_sizes=(4, 8, 16),
+        num_batch_threads=3,
+        max_enqueued_batches=100,
+    )
+    # Left out: TensorFlow Serving's defaults; without --enable_batching: not used.
+    path.write_text("allowed_batch_sizes: 1000\n")
+    config = ServerConfig.from_flags(enable_batching=True, batching_parameters_file=str(path))
+    assert config.batching == lc.BatchingPolicy(1000, 0, (1000,), max_enqueued_batches=10)
+    assert ServerConfig.from_flags(batching_parameters_file=str(path)).batching is None
+
+    for text, fragment in [
+        ("max_batch_size: 16", "does not parse"),
+        ("enable_large_batch_splitting: true", 'no field named "enable_large_batch_splitting"'),
+        ("pad_variable_length_inputs: true", "asks for pad_variable_length_inputs"),
+        ("max_batch_size { value: 8 } allowed_batch_sizes: [4]", "must be max_batch_size (8)"),
+        ("num_batch_threads { value: 0 }", "num_batch_threads must be an integer >= 1"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ValueError, match="--batching_parameters_file") as caught:
+            ServerConfig.from_flags(enable_batching=True, batching_parameters_file=str(path))
+        assert fragment in str(caught.value)
+    with pytest.raises(ValueError, match="cannot be combined with --max_batch_size"):
+        ServerConfig.from_flags(
+            enable_batching=True, batching_parameters_file=str(path), max_batch_size=8
+        )
+    with pytest.raises(FileNotFoundError, match="--batching_parameters_file"):
+        ServerConfig.from_flags(
+            enable_batching=True, batching_parameters_file=str(tmp_path / "missing")
+        )
+
+
+def test_a_full_batch_queue_is_503_unavailable_on_every_protocol():
+    from lifecycle.server._errors import error_status
+
+    status = error_status(lc.QueueFullError("full"))
+    assert (status.status, status.code, status.grpc_code.name) == (
+        503,
+        "UNAVAILABLE",
+        "UNAVAILABLE",
+    )
+
+
+def test_tensorflow_serving_parallelism_flags():
+    assert ServerConfig.from_flags(tensorflow_session_parallelism=2).intra_op_parallelism == 2
+    config = ServerConfig.from_flags(
+        tensorflow_intra_op_parallelism=1, tensorflow_inter_op_parallelism=3
+    )
+    assert (config.intra_op_parallelism, config.inter_op_parallelism) == (1, 3)
+    with pytest.raises(ValueError, match="either --tensorflow_session_parallelism"):
+        ServerConfig.from_flags(tensorflow_session_parallelism=2, tensorflow_intra_op_parallelism=1)
+    with pytest.raises(ValueError, match="--tensorflow_inter_op_parallelism must be an integer"):
+        ServerConfig.from_flags(tensorflow_inter_op_parallelism=-1)

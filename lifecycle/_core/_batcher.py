@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from ..errors import QueueFullError
 from ._checks import is_int
 
 __all__ = ["Batcher", "BatchingPolicy", "BatchingStatistics"]
@@ -68,7 +69,14 @@ class BatchingPolicy:
         num_batch_threads: Batches of one version that may run at once
             (TensorFlow Serving's name), each on the thread of one of its
             callers; by default the cores this process may use, as in
-            TensorFlow Serving. While they run, the next batch forms.
+            TensorFlow Serving. While they run, the next batch forms. Fewer
+            can serve more: each batch's ops already spread over the cores,
+            and two batches at once halve the batch size (docs/registry.md).
+        max_enqueued_batches: The most batches that may wait to run
+            (TensorFlow Serving's name): a request that would queue more rows
+            than ``max_enqueued_batches * max_batch_size`` is refused at once
+            with :class:`~lifecycle.QueueFullError` instead of waiting.
+            ``None`` (the default): no limit, every request waits its turn.
 
     Raises:
         ValueError: A size is not a positive integer, the allowed sizes are
@@ -84,6 +92,7 @@ class BatchingPolicy:
     batch_timeout_micros: int = 0
     allowed_batch_sizes: tuple[int, ...] = attrs.field(default=(), converter=_sizes)
     num_batch_threads: int = attrs.field(factory=lambda: _cores())
+    max_enqueued_batches: int | None = None
 
     def __attrs_post_init__(self) -> None:
         if not is_int(self.max_batch_size) or self.max_batch_size < 1:
@@ -98,6 +107,11 @@ class BatchingPolicy:
         if not is_int(self.num_batch_threads) or self.num_batch_threads < 1:
             raise ValueError(
                 f"`num_batch_threads` must be an integer >= 1. Received: {self.num_batch_threads!r}"
+            )
+        limit = self.max_enqueued_batches
+        if limit is not None and (not is_int(limit) or limit < 1):
+            raise ValueError(
+                f"`max_enqueued_batches` must be an integer >= 1 or None. Received: {limit!r}"
             )
         sizes = self.allowed_batch_sizes
         if not sizes:
@@ -133,6 +147,8 @@ class BatchingStatistics:
         queue_seconds: Total time requests waited between their arrival and
             the start of their batch.
         retried: Requests run again alone after their batch failed.
+        rejected: Requests refused because ``max_enqueued_batches`` batches
+            were waiting (:class:`~lifecycle.QueueFullError`).
         sizes: ``{requests in a batch: batches}``.
     """
 
@@ -142,6 +158,7 @@ class BatchingStatistics:
     padded_rows: int = 0
     queue_seconds: float = 0.0
     retried: int = 0
+    rejected: int = 0
     sizes: Mapping[int, int] = attrs.field(factory=dict)
 
     @property
@@ -193,10 +210,14 @@ class Batcher:
         self._lock = threading.Lock()
         self._arrival = threading.Condition(self._lock)
         self._queue: deque[_Request] = deque()
+        self._queued_rows = 0
+        limit = policy.max_enqueued_batches
+        self._max_queued_rows = None if limit is None else limit * policy.max_batch_size
         # Batches running now, each led by one of its callers.
         self._leaders = 0
         # Statistics, under the lock.
         self._batches = self._requests = self._rows = self._padded = self._retried = 0
+        self._rejected = 0
         self._queue_seconds = 0.0
         self._sizes: Counter[int] = Counter()
 
@@ -204,6 +225,7 @@ class Batcher:
         """Serve ``item`` (``rows`` rows, of ``kind``) in a batch; its result.
 
         Raises:
+            QueueFullError: ``max_enqueued_batches`` batches are waiting already.
             Whatever ``run`` raised for this item run alone.
         """
         request = _Request(item, rows, kind)
@@ -212,7 +234,17 @@ class Batcher:
             if lead:
                 self._leaders += 1
             else:
+                full = self._max_queued_rows
+                if full is not None and self._queued_rows + rows > full:
+                    self._rejected += 1
+                    raise QueueFullError(
+                        "The batch scheduling queue to which this request was submitted is "
+                        f"full: {self._queued_rows} rows are waiting, as many as "
+                        f"max_enqueued_batches={self.policy.max_enqueued_batches} batches of "
+                        f"max_batch_size={self.policy.max_batch_size} allow. Retry later."
+                    )
                 self._queue.append(request)
+                self._queued_rows += rows
                 self._arrival.notify()
         if not lead:
             request.done.wait()
@@ -231,6 +263,7 @@ class Batcher:
                 padded_rows=self._padded,
                 queue_seconds=self._queue_seconds,
                 retried=self._retried,
+                rejected=self._rejected,
                 sizes=dict(sorted(self._sizes.items())),
             )
 
@@ -244,6 +277,7 @@ class Batcher:
             with self._lock:
                 if self._queue:
                     successor = self._queue.popleft()
+                    self._queued_rows -= successor.rows
                     successor.lead = True
                     successor.done.set()
                 else:
@@ -270,6 +304,7 @@ class Batcher:
             if request.kind == kind and rows + request.rows <= limit:
                 batch.append(request)
                 rows += request.rows
+                self._queued_rows -= request.rows
             else:
                 kept.append(request)
         self._queue = kept

@@ -2,7 +2,8 @@
 
 The flags are TensorFlow Serving's model server's where they mean the same
 (``--port``, ``--rest_api_port``, ``--grpc_max_threads``, ``--model_name``, ``--model_base_path``,
-``--model_config_file``). The library, TensorFlow and the server's extra are
+``--model_config_file``, ``--enable_batching``, ``--batching_parameters_file``, the
+``--tensorflow_*_parallelism`` flags). The library, TensorFlow and the server's extra are
 imported only when the command runs, so ``--help`` answers at once.
 """
 
@@ -92,20 +93,56 @@ def serve(
         "--enable_batching",
         help="Merge concurrent requests to a version into one model call.",
     ),
+    batching_parameters_file: str = typer.Option(
+        None,
+        "--batching_parameters_file",
+        help="With --enable_batching: TensorFlow Serving's BatchingParameters in text format "
+        "(max_batch_size, batch_timeout_micros, max_enqueued_batches, num_batch_threads, "
+        "allowed_batch_sizes), instead of the batching flags below.",
+    ),
     max_batch_size: int = typer.Option(
-        32, "--max_batch_size", help="With --enable_batching: the most rows in one call."
+        None,
+        "--max_batch_size",
+        help="With --enable_batching: the most rows in one call (default: 32).",
     ),
     batch_timeout_micros: int = typer.Option(
-        0,
+        None,
         "--batch_timeout_micros",
         help="With --enable_batching: how long a batch that is not full waits for more "
-        "requests; 0: batches form only from requests that arrive while one runs.",
+        "requests; 0 (the default): batches form only from requests that arrive while one runs.",
     ),
     allowed_batch_sizes: str = typer.Option(
-        "",
+        None,
         "--allowed_batch_sizes",
         help="With --enable_batching: comma-separated sizes a batch is padded up to, the "
-        "last equal to --max_batch_size; empty: no padding.",
+        "last equal to --max_batch_size; empty (the default): no padding.",
+    ),
+    num_batch_threads: int = typer.Option(
+        None,
+        "--num_batch_threads",
+        help="With --enable_batching: batches of one version that run at once "
+        "(default: the cores).",
+    ),
+    max_enqueued_batches: int = typer.Option(
+        None,
+        "--max_enqueued_batches",
+        help="With --enable_batching: batches that may wait; a request beyond them is "
+        "answered 503 UNAVAILABLE at once (default: no limit).",
+    ),
+    tensorflow_session_parallelism: int = typer.Option(
+        0,
+        "--tensorflow_session_parallelism",
+        help="Threads of TensorFlow's intra-op and inter-op pools both; 0: TensorFlow's choice.",
+    ),
+    tensorflow_intra_op_parallelism: int = typer.Option(
+        0,
+        "--tensorflow_intra_op_parallelism",
+        help="Threads one TensorFlow op may use; 0: TensorFlow's choice.",
+    ),
+    tensorflow_inter_op_parallelism: int = typer.Option(
+        0,
+        "--tensorflow_inter_op_parallelism",
+        help="TensorFlow ops that may run at once; 0: TensorFlow's choice.",
     ),
     admin_token: str = typer.Option(
         None,
@@ -163,9 +200,15 @@ def serve(
             swap_policy=swap_policy,
             route=route or (),
             enable_batching=enable_batching,
+            batching_parameters_file=batching_parameters_file,
             max_batch_size=max_batch_size,
             batch_timeout_micros=batch_timeout_micros,
             allowed_batch_sizes=allowed_batch_sizes,
+            num_batch_threads=num_batch_threads,
+            max_enqueued_batches=max_enqueued_batches,
+            tensorflow_session_parallelism=tensorflow_session_parallelism,
+            tensorflow_intra_op_parallelism=tensorflow_intra_op_parallelism,
+            tensorflow_inter_op_parallelism=tensorflow_inter_op_parallelism,
         )
     except (ValueError, FileNotFoundError) as error:
         console().print(f"lifecycle serve: {error}", markup=False)

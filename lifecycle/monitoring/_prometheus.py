@@ -148,6 +148,11 @@ class LifecycleCollector:
             "Time requests waited for their batch to start, in total.",
             labels=labels,
         )
+        rejected = core.CounterMetricFamily(
+            "lifecycle_version_batch_rejected",
+            "Requests refused because max_enqueued_batches batches were waiting.",
+            labels=labels,
+        )
         sizes = core.HistogramMetricFamily(
             "lifecycle_version_batch_requests",
             "Requests per batch of a batching version.",
@@ -167,8 +172,9 @@ class LifecycleCollector:
                     stats = status.batching
                     batches.add_metric(key, stats.batches)
                     queued.add_metric(key, stats.queue_seconds)
+                    rejected.add_metric(key, stats.rejected)
                     sizes.add_metric(key, _buckets(stats.sizes), sum_value=stats.requests)
-        yield from (nbytes, leases, requests, batches, queued, sizes)
+        yield from (nbytes, leases, requests, batches, queued, rejected, sizes)
 
 
 # Upper bounds of the batch-size histogram's buckets.

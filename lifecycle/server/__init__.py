@@ -33,6 +33,7 @@ from ._app import build_app as build_app  # noqa: E402 (after the extra check)
 from ._app import serve as serve  # noqa: E402
 from ._config import ServedModel as ServedModel  # noqa: E402
 from ._config import ServerConfig as ServerConfig  # noqa: E402
+from ._config import read_batching_parameters as read_batching_parameters  # noqa: E402
 from ._grpc import build_grpc_server as build_grpc_server  # noqa: E402
 from ._service import ModelService as ModelService  # noqa: E402
 
@@ -43,5 +44,6 @@ __all__ = [
     "ServerConfig",
     "build_app",
     "build_grpc_server",
+    "read_batching_parameters",
     "serve",
 ]

@@ -136,6 +136,8 @@ def _versions_body(name: str, statuses: tuple[VersionStatus, ...]) -> dict[str, 
                     "rows": s.batching.rows,
                     "padded_rows": s.batching.padded_rows,
                     "queue_seconds": s.batching.queue_seconds,
+                    "retried": s.batching.retried,
+                    "rejected": s.batching.rejected,
                     "sizes": {str(k): v for k, v in s.batching.sizes.items()},
                 },
             }

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
+import tensorflow as tf
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -191,6 +192,36 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def set_parallelism(config: ServerConfig) -> None:
+    """Give TensorFlow the thread counts of ``config`` (0: leave TensorFlow's choice)."""
+    threading_ = tf.config.threading
+    counts = (
+        (
+            "--tensorflow_intra_op_parallelism",
+            config.intra_op_parallelism,
+            threading_.get_intra_op_parallelism_threads,
+            threading_.set_intra_op_parallelism_threads,
+        ),
+        (
+            "--tensorflow_inter_op_parallelism",
+            config.inter_op_parallelism,
+            threading_.get_inter_op_parallelism_threads,
+            threading_.set_inter_op_parallelism_threads,
+        ),
+    )
+    for flag, count, get, set_ in counts:
+        if not count or get() == count:
+            continue
+        try:
+            set_(count)
+        except RuntimeError:
+            raise RuntimeError(
+                f"{flag} {count} cannot take effect: this process ran TensorFlow ops "
+                f"already, with {get() or 'TensorFlow-chosen'} threads. Serve from a fresh "
+                "process (the `lifecycle serve` command does)."
+            ) from None
+
+
 def serve(config: ServerConfig) -> None:
     """Run the server until SIGTERM or SIGINT, then drain, close the registry and return.
 
@@ -205,7 +236,10 @@ def serve(config: ServerConfig) -> None:
     Raises:
         SystemExit: The configured models could not be loaded, or a port could
             not be bound (status 1).
+        RuntimeError: A thread count of ``config`` cannot take effect: this
+            process ran a TensorFlow op with other counts already.
     """
+    set_parallelism(config)
     if config.tune_allocator:
         tune_allocator()
     registry = ModelRegistry(

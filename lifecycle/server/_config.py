@@ -20,7 +20,14 @@ import attrs
 
 from .._registry import BatchingPolicy, SwapPolicy, VersionPolicy
 
-__all__ = ["ADMIN_TOKEN_ENV", "ServedModel", "ServerConfig", "import_factory", "served_models"]
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "ServedModel",
+    "ServerConfig",
+    "import_factory",
+    "read_batching_parameters",
+    "served_models",
+]
 
 # TensorFlow Serving's own label syntax.
 _LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
@@ -110,6 +117,14 @@ def _non_negative(flag: str) -> object:
     return check
 
 
+def _threads(flag: str) -> object:
+    def check(_: object, __: object, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{flag} must be an integer >= 0. Received: {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class ServerConfig:
     """How ``lifecycle serve`` runs: address, models, limits, the registry's settings.
@@ -152,9 +167,15 @@ class ServerConfig:
             models are loaded (``--route``); a target is a label (str) or a
             version (int).
         batching: How concurrent requests to one version are merged
-            (``--enable_batching`` with ``--max_batch_size``,
-            ``--batch_timeout_micros``, ``--allowed_batch_sizes``); ``None``:
-            one model call per request.
+            (``--enable_batching`` with ``--batching_parameters_file`` or
+            ``--max_batch_size``, ``--batch_timeout_micros``,
+            ``--allowed_batch_sizes``, ``--num_batch_threads``,
+            ``--max_enqueued_batches``); ``None``: one model call per request.
+        intra_op_parallelism: Threads one TensorFlow op may use
+            (``--tensorflow_intra_op_parallelism``); 0: TensorFlow's choice.
+            Set when the server starts, before TensorFlow runs an op.
+        inter_op_parallelism: Ops TensorFlow may run at once
+            (``--tensorflow_inter_op_parallelism``); 0: TensorFlow's choice.
 
     Example:
         >>> from lifecycle.server import ServerConfig
@@ -196,6 +217,12 @@ class ServerConfig:
         factory=dict, converter=lambda d: {name: dict(w) for name, w in dict(d).items()}
     )
     batching: BatchingPolicy | None = None
+    intra_op_parallelism: int = attrs.field(
+        default=0, validator=_threads("--tensorflow_intra_op_parallelism")
+    )
+    inter_op_parallelism: int = attrs.field(
+        default=0, validator=_threads("--tensorflow_inter_op_parallelism")
+    )
 
     def __attrs_post_init__(self) -> None:
         names = [model.name for model in self.models]
@@ -248,9 +275,15 @@ class ServerConfig:
         swap_policy: str | SwapPolicy = SwapPolicy.AVAILABILITY_PRESERVING,
         route: Sequence[str] = (),
         enable_batching: bool = False,
-        max_batch_size: int = 32,
-        batch_timeout_micros: int = 0,
-        allowed_batch_sizes: str | Sequence[int] = (),
+        batching_parameters_file: str | None = None,
+        max_batch_size: int | None = None,
+        batch_timeout_micros: int | None = None,
+        allowed_batch_sizes: str | Sequence[int] | None = None,
+        num_batch_threads: int | None = None,
+        max_enqueued_batches: int | None = None,
+        tensorflow_session_parallelism: int = 0,
+        tensorflow_intra_op_parallelism: int = 0,
+        tensorflow_inter_op_parallelism: int = 0,
     ) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
@@ -266,9 +299,16 @@ class ServerConfig:
         ``route`` entries are ``name=target:weight,target:weight``, a target
         being a label or a version number (``risk=stable:90,canary:10``).
         With ``enable_batching``, concurrent requests to a version are merged
-        into calls of at most ``max_batch_size`` rows, padded up to
-        ``allowed_batch_sizes`` (comma-separated in a flag), as TensorFlow
-        Serving's ``--enable_batching`` does.
+        into calls of at most ``max_batch_size`` rows (32 by default), padded
+        up to ``allowed_batch_sizes`` (comma-separated in a flag), as
+        TensorFlow Serving's ``--enable_batching`` does; or, instead of the
+        batching flags, as ``batching_parameters_file`` says: TensorFlow
+        Serving's ``BatchingParameters`` in protobuf text format (see
+        :func:`read_batching_parameters`). Without ``enable_batching`` the
+        file is not used, as in TensorFlow Serving.
+        ``tensorflow_session_parallelism`` sets both thread counts; it cannot
+        be combined with ``tensorflow_intra_op_parallelism`` or
+        ``tensorflow_inter_op_parallelism``, which set one each.
 
         Raises:
             ValueError: A flag is out of range, both model flags are given, or
@@ -304,36 +344,157 @@ class ServerConfig:
             swap_policy=swap_policy,
             routes=dict(_route(spec) for spec in route),
             batching=_batching(
-                enable_batching, max_batch_size, batch_timeout_micros, allowed_batch_sizes
+                enable_batching,
+                batching_parameters_file,
+                {
+                    "max_batch_size": max_batch_size,
+                    "batch_timeout_micros": batch_timeout_micros,
+                    "allowed_batch_sizes": allowed_batch_sizes,
+                    "num_batch_threads": num_batch_threads,
+                    "max_enqueued_batches": max_enqueued_batches,
+                },
+            ),
+            **_parallelism(
+                tensorflow_session_parallelism,
+                tensorflow_intra_op_parallelism,
+                tensorflow_inter_op_parallelism,
             ),
         )
 
 
-def _batching(
-    enabled: bool, max_batch_size: int, timeout: int, allowed: str | Sequence[int]
-) -> BatchingPolicy | None:
-    """The batching policy of the batching flags, or None without ``--enable_batching``."""
+def _batching(enabled: bool, path: str | None, flags: dict[str, Any]) -> BatchingPolicy | None:
+    """The batching policy of the batching file or flags, or None without ``--enable_batching``."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    if path is not None and given:
+        named = ", ".join(f"--{name}" for name in given)
+        raise ValueError(
+            f"--batching_parameters_file cannot be combined with {named}: set them in the file."
+        )
     if not enabled:
         return None
+    if path is not None:
+        return read_batching_parameters(path)
+    allowed = given.get("allowed_batch_sizes", ())
     if isinstance(allowed, str):
         try:
-            allowed = [int(size) for size in allowed.split(",") if size.strip()]
+            given["allowed_batch_sizes"] = [int(s) for s in allowed.split(",") if s.strip()]
         except ValueError:
             raise ValueError(
                 f"--allowed_batch_sizes takes comma-separated integers. Received: {allowed!r}"
             ) from None
+    given.setdefault("max_batch_size", 32)
     try:
-        return BatchingPolicy(max_batch_size, timeout, tuple(allowed))
+        return BatchingPolicy(**given)
     except ValueError as error:
-        flags = {
-            "`max_batch_size`": "--max_batch_size",
-            "`batch_timeout_micros`": "--batch_timeout_micros",
-            "`allowed_batch_sizes`": "--allowed_batch_sizes",
-        }
         message = str(error)
-        for name, flag in flags.items():
-            message = message.replace(name, flag)
+        for name in flags:
+            message = message.replace(f"`{name}`", f"--{name}")
         raise ValueError(message) from None
+
+
+# TensorFlow Serving's BatchingParameters (servables/tensorflow/session_bundle_config.proto),
+# which its Python package does not ship: (number, name, type, wrapper, repeated).
+_BATCHING_FIELDS = (
+    (1, "max_batch_size", "TYPE_MESSAGE", "Int64Value", False),
+    (2, "batch_timeout_micros", "TYPE_MESSAGE", "Int64Value", False),
+    (3, "max_enqueued_batches", "TYPE_MESSAGE", "Int64Value", False),
+    (4, "num_batch_threads", "TYPE_MESSAGE", "Int64Value", False),
+    (5, "thread_pool_name", "TYPE_MESSAGE", "StringValue", False),
+    (6, "allowed_batch_sizes", "TYPE_INT64", None, True),
+    (7, "pad_variable_length_inputs", "TYPE_BOOL", None, False),
+)
+# TensorFlow Serving's defaults for the fields a file leaves out (BasicBatchScheduler::Options).
+_BATCHING_DEFAULTS = {"max_batch_size": 1000, "batch_timeout_micros": 0, "max_enqueued_batches": 10}
+
+
+def _batching_parameters_class() -> Any:
+    """The message class of ``tensorflow.serving.BatchingParameters``, built from its fields."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="lifecycle/batching_parameters.proto",
+        package="tensorflow.serving",
+        syntax="proto3",
+        dependency=["google/protobuf/wrappers.proto"],
+    )
+    message = proto.message_type.add(name="BatchingParameters")
+    field = descriptor_pb2.FieldDescriptorProto
+    for number, name, kind, wrapper, repeated in _BATCHING_FIELDS:
+        message.field.add(
+            name=name,
+            number=number,
+            type=getattr(field, kind),
+            label=field.LABEL_REPEATED if repeated else field.LABEL_OPTIONAL,
+            type_name=f".google.protobuf.{wrapper}" if wrapper else None,
+        )
+    pool.Add(proto)
+    descriptor = pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters")
+    return message_factory.GetMessageClass(descriptor)
+
+
+def read_batching_parameters(path: str) -> BatchingPolicy:
+    """The batching policy of a TensorFlow Serving ``--batching_parameters_file``.
+
+    The file is TensorFlow Serving's ``BatchingParameters`` message in protobuf
+    text format, parsed by protobuf itself, so a file written for TensorFlow
+    Serving works as is::
+
+        max_batch_size { value: 32 }
+        batch_timeout_micros { value: 1000 }
+        max_enqueued_batches { value: 100 }
+        num_batch_threads { value: 2 }
+        allowed_batch_sizes: [8, 16, 32]
+
+    Fields left out take TensorFlow Serving's defaults: ``max_batch_size``
+    1000, ``batch_timeout_micros`` 0, ``max_enqueued_batches`` 10 and
+    ``num_batch_threads`` :class:`~lifecycle.BatchingPolicy`'s default.
+    ``thread_pool_name`` is accepted and has no effect (the callers run the
+    batches; there is no pool to name).
+
+    Raises:
+        FileNotFoundError: The file does not exist.
+        ValueError: The file does not parse, a value is out of range, or it
+            asks for ``pad_variable_length_inputs`` (requests of different
+            shapes are batched apart, never padded to each other).
+    """
+    flag = f"--batching_parameters_file {path!r}"
+    known = ", ".join(name for _, name, *_ in _BATCHING_FIELDS)
+    parameters = _parse_text(path, flag, _batching_parameters_class()(), f" (fields read: {known})")
+    if parameters.pad_variable_length_inputs:
+        raise ValueError(
+            f"{flag} asks for pad_variable_length_inputs, which lifecycle serve does not "
+            "do: requests whose inputs differ in shape beyond the batch dimension go in "
+            "separate batches. Leave it out or set it to false."
+        )
+    values: dict[str, Any] = dict(_BATCHING_DEFAULTS)
+    for name in (
+        "max_batch_size",
+        "batch_timeout_micros",
+        "max_enqueued_batches",
+        "num_batch_threads",
+    ):
+        if parameters.HasField(name):
+            values[name] = getattr(parameters, name).value
+    values["allowed_batch_sizes"] = tuple(parameters.allowed_batch_sizes)
+    try:
+        return BatchingPolicy(**values)
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}".replace("`", "")) from None
+
+
+def _parallelism(session: int, intra: int, inter: int) -> dict[str, int]:
+    """The thread counts of TensorFlow Serving's three parallelism flags."""
+    _threads("--tensorflow_session_parallelism")(None, None, session)  # type: ignore[operator]
+    if session and (intra or inter):
+        raise ValueError(
+            "Set either --tensorflow_session_parallelism or --tensorflow_intra_op_parallelism"
+            " and --tensorflow_inter_op_parallelism, not both (as TensorFlow Serving)."
+        )
+    if session:
+        intra = inter = session
+    return {"intra_op_parallelism": intra, "inter_op_parallelism": inter}
 
 
 def _swap_policy(value: str | SwapPolicy) -> SwapPolicy:
@@ -426,19 +587,26 @@ def read_model_config(path: str) -> tuple[ServedModel, ...]:
         FileNotFoundError: The file or a base path does not exist.
         ValueError: The file does not parse, or asks for what is not supported.
     """
-    from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
+
+    flag = f"--model_config_file {path!r}"
+    config = _parse_text(path, flag, model_server_config_pb2.ModelServerConfig())
+    return served_models(config, flag)
+
+
+def _parse_text(path: str, flag: str, message: Any, hint: str = "") -> Any:
+    """``message`` filled from the protobuf text file at ``path``; errors name ``flag``."""
+    from google.protobuf import text_format
 
     try:
         with open(path, encoding="utf-8") as file:
             text = file.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"--model_config_file {path!r} does not exist.") from None
+        raise FileNotFoundError(f"{flag} does not exist.") from None
     try:
-        config = text_format.Parse(text, model_server_config_pb2.ModelServerConfig())
+        return text_format.Parse(text, message)
     except text_format.ParseError as error:
-        raise ValueError(f"--model_config_file {path!r} does not parse: {error}") from None
-    return served_models(config, f"--model_config_file {path!r}")
+        raise ValueError(f"{flag} does not parse: {error}{hint}") from None
 
 
 def served_models(config: object, source: str) -> tuple[ServedModel, ...]:

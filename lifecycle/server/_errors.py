@@ -22,6 +22,7 @@ from ..errors import (
     BudgetExceededError,
     LifecycleError,
     LoadError,
+    QueueFullError,
     UnavailableError,
     UnknownModelError,
 )
@@ -81,6 +82,7 @@ ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
     (UnknownModelError, WireError(404, "NOT_FOUND")),
     (BudgetExceededError, WireError(507, "RESOURCE_EXHAUSTED")),
     (UnavailableError, WireError(503, "UNAVAILABLE")),
+    (QueueFullError, WireError(503, "UNAVAILABLE")),
     (LoadError, WireError(500, "INTERNAL")),
     (ValueError, WireError(400, "INVALID_ARGUMENT")),
     # Values the signature cannot check, refused by the model's own ops (an id

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+import lifecycle as lc
 from lifecycle._core import Batcher, BatchingPolicy
 
 
@@ -137,10 +138,45 @@ def test_many_threads_many_rounds_never_lose_or_mix_a_request():
     assert batcher.statistics().requests == 1600
 
 
+def test_a_full_queue_refuses_a_request_at_once_and_counts_it():
+    run = Recorder(delay=0.5)
+    policy = BatchingPolicy(max_batch_size=2, num_batch_threads=1, max_enqueued_batches=1)
+    batcher = Batcher(run, policy)
+    outcomes: dict[int, object] = {}
+
+    def call(row: int) -> None:
+        outcomes[row] = batcher.submit([row], 1, "k")
+
+    leader = threading.Thread(target=call, args=(1,))
+    leader.start()
+    while not run.batches:  # the leader's batch runs for 0.5 s
+        time.sleep(0.001)
+    waiting = [threading.Thread(target=call, args=(row,)) for row in (2, 3)]
+    for thread in waiting:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while batcher._queued_rows < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    started = time.perf_counter()
+    with pytest.raises(lc.QueueFullError, match="2 rows are waiting") as caught:
+        batcher.submit([4], 1, "k")  # one batch of 2 rows waits already: full
+    assert time.perf_counter() - started < 0.25  # refused at once, not after the batch
+    assert "max_enqueued_batches=1" in str(caught.value)
+    for thread in [leader, *waiting]:
+        thread.join(timeout=30)
+    assert outcomes == {1: [2], 2: [4], 3: [6]}
+    assert [items for items, _, _ in run.batches] == [[[1]], [[2], [3]]]
+    stats = batcher.statistics()
+    assert (stats.rejected, stats.requests) == (1, 3)
+    # Once the queue has drained, requests are taken again.
+    assert batcher.submit([5], 1, "k") == [10]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
         ({"max_batch_size": 0}, "`max_batch_size` must be an integer >= 1"),
+        ({"max_enqueued_batches": 0}, "`max_enqueued_batches` must be an integer >= 1 or None"),
         ({"batch_timeout_micros": -1}, "`batch_timeout_micros` must be an integer >= 0"),
         ({"allowed_batch_sizes": (4, 2, 8), "max_batch_size": 8}, "strictly ascending"),
         ({"allowed_batch_sizes": (2, 4)}, "must be `max_batch_size` (32)"),
