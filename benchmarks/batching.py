@@ -469,7 +469,7 @@ def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
         f"({params * 4 / MIB:.1f} MiB weights); N clients sending 1 row back to back",
         f"batching: on = max_batch_size {MAX_BATCH_SIZE}, allowed batch sizes "
         f"{args.allowed_batch_sizes or 'none (no padding)'}, no timeout, num_batch_threads "
-        f"{args.num_batch_threads or 'the default (the cores)'}; off = none",
+        f"{args.num_batch_threads or 'the default (half the cores, at least 1)'}; off = none",
         f"rounds:   {args.rounds} per part, each measuring every phase for {args.seconds:g} s "
         f"after {args.warmup:g} s of warm-up, off and on of one N back to back, their order "
         "alternating between rounds",
@@ -575,7 +575,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--num-batch-threads",
         type=int,
         default=None,
-        help="the policy's num_batch_threads (default: the policy's, the cores)",
+        help="the policy's num_batch_threads (default: the policy's, half the cores)",
     )
     _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
     args = parser.parse_args(argv)

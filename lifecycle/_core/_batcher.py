@@ -68,10 +68,11 @@ class BatchingPolicy:
             load. Empty (the default): no padding.
         num_batch_threads: Batches of one version that may run at once
             (TensorFlow Serving's name), each on the thread of one of its
-            callers; by default the cores this process may use, as in
-            TensorFlow Serving. While they run, the next batch forms. Fewer
-            can serve more: each batch's ops already spread over the cores,
-            and two batches at once halve the batch size (docs/registry.md).
+            callers; while they run, the next batch forms. By default half
+            the cores this process may use, at least 1 (TensorFlow Serving's
+            default is every core): each batch's ops already spread over the
+            cores through TensorFlow's intra-op threads, and two batches at
+            once halve the batch size (docs/registry.md).
         max_enqueued_batches: The most batches that may wait to run
             (TensorFlow Serving's name): a request that would queue more rows
             than ``max_enqueued_batches * max_batch_size`` is refused at once
@@ -91,7 +92,7 @@ class BatchingPolicy:
     max_batch_size: int = 32
     batch_timeout_micros: int = 0
     allowed_batch_sizes: tuple[int, ...] = attrs.field(default=(), converter=_sizes)
-    num_batch_threads: int = attrs.field(factory=lambda: _cores())
+    num_batch_threads: int = attrs.field(factory=lambda: max(1, _cores() // 2))
     max_enqueued_batches: int | None = None
 
     def __attrs_post_init__(self) -> None:

@@ -121,7 +121,7 @@ def serve(
         None,
         "--num_batch_threads",
         help="With --enable_batching: batches of one version that run at once "
-        "(default: the cores).",
+        "(default: half the cores, at least 1).",
     ),
     max_enqueued_batches: int = typer.Option(
         None,

@@ -186,3 +186,11 @@ def test_bad_policies_are_refused(kwargs, fragment):
     with pytest.raises(ValueError) as caught:
         BatchingPolicy(**kwargs)
     assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (4, 2), (16, 8)])
+def test_by_default_one_batch_runs_per_two_cores(monkeypatch, cores, threads):
+    from lifecycle._core import _batcher
+
+    monkeypatch.setattr(_batcher, "_cores", lambda: cores)
+    assert BatchingPolicy().num_batch_threads == threads
