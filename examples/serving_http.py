@@ -5,12 +5,15 @@ Saves two versions of a model as ``.keras`` files in TensorFlow Serving's layout
 ``lifecycle serve``, run here on a thread), and asks it what existing clients ask:
 model status, metadata, a predict in both protocols, a request it must refuse. A new
 version dropped in the base path is loaded through the repository API and served.
+Requests are batched as a TensorFlow Serving ``--batching_parameters_file`` says,
+read as it is.
 
 Run::
 
     python examples/serving_http.py
 
-The same server as a command: ``lifecycle serve --model_name risk --model_base_path <base>``.
+The same server as a command: ``lifecycle serve --model_name risk --model_base_path <base>
+--enable_batching --batching_parameters_file <file>``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any
+
+BATCHING_PARAMETERS = """\
+max_batch_size { value: 8 }
+batch_timeout_micros { value: 0 }
+max_enqueued_batches { value: 100 }
+allowed_batch_sizes: [2, 4, 8]
+"""
 
 
 def save_version(base: str, version: int, bias: float) -> None:
@@ -61,7 +71,22 @@ def main() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    config = ServerConfig.from_flags(rest_api_port=port, model_name="risk", model_base_path=base)
+    # A batching file written for TensorFlow Serving, used unchanged.
+    batching_file = os.path.join(os.path.dirname(base), "batching.config")
+    with open(batching_file, "w", encoding="utf-8") as file:
+        file.write(BATCHING_PARAMETERS)
+    config = ServerConfig.from_flags(
+        rest_api_port=port,
+        model_name="risk",
+        model_base_path=base,
+        enable_batching=True,
+        batching_parameters_file=batching_file,
+    )
+    policy = config.batching
+    print(
+        f"batching: max_batch_size {policy.max_batch_size}, allowed sizes "
+        f"{list(policy.allowed_batch_sizes)}, max_enqueued_batches {policy.max_enqueued_batches}"
+    )
 
     with lc.ModelRegistry() as registry:
         server = uvicorn.Server(
@@ -88,6 +113,9 @@ def main() -> None:
                 f"KServe v2 infer from version {answer['model_version']}: "
                 f"{answer['outputs'][0]['data']}"
             )
+            _, admin = call(f"{url}/v1/admin/models/risk")
+            batching = next(v["batching"] for v in admin["versions"] if v["version"] == 2)
+            print(f"requests through version 2's batcher: {batching['requests']}")
             code, answer = call(f"{url}/v1/models/risk:predict", {"instances": [[1.0]]})
             print(f"a wrong shape is refused with {code}: {answer['error']}")
 

@@ -99,6 +99,11 @@ def both_protocols_answered_and_bad_input_was_refused(out: str) -> None:
     line_matching(r"^TF Serving predict from version 2: \[\[2\.0, 2\.0\]\]$", out)
     line_matching(r"^KServe v2 infer from version 2: \[2\.0, 2\.0\]$", out)
     line_matching(r"^a wrong shape is refused with 400: Input 'features' has shape", out)
+    # The TF Serving batching file was read as is, and both requests went through batching.
+    line_matching(
+        r"^batching: max_batch_size 8, allowed sizes \[2, 4, 8\], max_enqueued_batches 100$", out
+    )
+    line_matching(r"^requests through version 2's batcher: 2$", out)
     line_matching(r"^versions: \{'3': 'AVAILABLE'(, '2': '(UNLOADING|END)')?\}$", out)
 
 
