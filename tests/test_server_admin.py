@@ -528,7 +528,16 @@ def test_tensorflow_serving_parallelism_flags():
         tensorflow_intra_op_parallelism=1, tensorflow_inter_op_parallelism=3
     )
     assert (config.intra_op_parallelism, config.inter_op_parallelism) == (1, 3)
-    with pytest.raises(ValueError, match="either --tensorflow_session_parallelism"):
-        ServerConfig.from_flags(tensorflow_session_parallelism=2, tensorflow_intra_op_parallelism=1)
+    # As TensorFlow Serving: the two specific flags win over the session one; not all three.
+    config = ServerConfig.from_flags(
+        tensorflow_session_parallelism=2, tensorflow_intra_op_parallelism=1
+    )
+    assert (config.intra_op_parallelism, config.inter_op_parallelism) == (1, 0)
+    with pytest.raises(ValueError, match="not all three"):
+        ServerConfig.from_flags(
+            tensorflow_session_parallelism=2,
+            tensorflow_intra_op_parallelism=1,
+            tensorflow_inter_op_parallelism=1,
+        )
     with pytest.raises(ValueError, match="--tensorflow_inter_op_parallelism must be an integer"):
         ServerConfig.from_flags(tensorflow_inter_op_parallelism=-1)

@@ -132,7 +132,8 @@ def serve(
     tensorflow_session_parallelism: int = typer.Option(
         0,
         "--tensorflow_session_parallelism",
-        help="Threads of TensorFlow's intra-op and inter-op pools both; 0: TensorFlow's choice.",
+        help="Threads of TensorFlow's intra-op and inter-op pools both, unless the two flags "
+        "below are given; 0: TensorFlow's choice.",
     ),
     tensorflow_intra_op_parallelism: int = typer.Option(
         0,

@@ -306,9 +306,10 @@ class ServerConfig:
         Serving's ``BatchingParameters`` in protobuf text format (see
         :func:`read_batching_parameters`). Without ``enable_batching`` the
         file is not used, as in TensorFlow Serving.
-        ``tensorflow_session_parallelism`` sets both thread counts; it cannot
-        be combined with ``tensorflow_intra_op_parallelism`` or
-        ``tensorflow_inter_op_parallelism``, which set one each.
+        ``tensorflow_session_parallelism`` sets both thread counts unless
+        ``tensorflow_intra_op_parallelism`` or ``tensorflow_inter_op_parallelism``
+        is given, which then set one each; all three at once are refused, as
+        in TensorFlow Serving.
 
         Raises:
             ValueError: A flag is out of range, both model flags are given, or
@@ -487,12 +488,12 @@ def read_batching_parameters(path: str) -> BatchingPolicy:
 def _parallelism(session: int, intra: int, inter: int) -> dict[str, int]:
     """The thread counts of TensorFlow Serving's three parallelism flags."""
     _threads("--tensorflow_session_parallelism")(None, None, session)  # type: ignore[operator]
-    if session and (intra or inter):
+    if session and intra and inter:
         raise ValueError(
             "Set either --tensorflow_session_parallelism or --tensorflow_intra_op_parallelism"
-            " and --tensorflow_inter_op_parallelism, not both (as TensorFlow Serving)."
+            " and --tensorflow_inter_op_parallelism, not all three (as TensorFlow Serving)."
         )
-    if session:
+    if not (intra or inter):  # as TensorFlow Serving: the two flags win over the one
         intra = inter = session
     return {"intra_op_parallelism": intra, "inter_op_parallelism": inter}
 
