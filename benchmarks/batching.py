@@ -6,8 +6,8 @@ the served MLP of ``hot_swap.py`` (Input(256) -> Dense(units, relu) ->
 Dense(units, relu) -> Dense(16), no optimizer; ``--units 2048`` gives 4.76M
 params). Batching *on* is ``max_batch_size=32``, padded up to
 ``--allowed-batch-sizes`` (1,2,4,8,16,32; ``""`` for no padding), no batch
-timeout, ``num_batch_threads`` the policy's default unless ``--num-batch-threads``;
-*off* is no batching.
+timeout unless ``--batch-timeout-micros``, ``num_batch_threads`` the policy's
+default unless ``--num-batch-threads``; *off* is no batching.
 
 in-process
     The MLP is loaded twice into one ``lc.ModelRegistry``: once plainly (*off*)
@@ -168,7 +168,10 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         {} if args.num_batch_threads is None else {"num_batch_threads": args.num_batch_threads}
     )
     policy = lc.BatchingPolicy(
-        max_batch_size=MAX_BATCH_SIZE, allowed_batch_sizes=args.allowed_batch_sizes, **threads
+        max_batch_size=MAX_BATCH_SIZE,
+        batch_timeout_micros=args.batch_timeout_micros,
+        allowed_batch_sizes=args.allowed_batch_sizes,
+        **threads,
     )
     registry = lc.ModelRegistry(name="bench")
 
@@ -196,6 +199,7 @@ def child_options(args: argparse.Namespace) -> list[str]:
         *("--seconds", str(args.seconds), "--warmup", str(args.warmup)),
         *("--units", str(args.units), "--clients", ",".join(map(str, args.clients))),
         *("--allowed-batch-sizes", ",".join(map(str, args.allowed_batch_sizes))),
+        *("--batch-timeout-micros", str(args.batch_timeout_micros)),
         *(
             ()
             if args.num_batch_threads is None
@@ -229,6 +233,8 @@ def server_flags(mode: str, args: argparse.Namespace) -> list[str]:
             flags += ["--allowed_batch_sizes", ",".join(map(str, args.allowed_batch_sizes))]
         if args.num_batch_threads is not None:
             flags += ["--num_batch_threads", str(args.num_batch_threads)]
+        if args.batch_timeout_micros:
+            flags += ["--batch_timeout_micros", str(args.batch_timeout_micros)]
     return flags
 
 
@@ -462,13 +468,15 @@ def print_part(
 
 def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
     params = mlp_params(args.units)
+    timeout = args.batch_timeout_micros
     lines = [
         *_harness.machine_lines(),
         f"load:     uptime load average {load_start} at the start",
         f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params "
         f"({params * 4 / MIB:.1f} MiB weights); N clients sending 1 row back to back",
         f"batching: on = max_batch_size {MAX_BATCH_SIZE}, allowed batch sizes "
-        f"{args.allowed_batch_sizes or 'none (no padding)'}, no timeout, num_batch_threads "
+        f"{args.allowed_batch_sizes or 'none (no padding)'}, "
+        f"{f'timeout {timeout} µs' if timeout else 'no timeout'}, num_batch_threads "
         f"{args.num_batch_threads or 'the default (half the cores, at least 1)'}; off = none",
         f"rounds:   {args.rounds} per part, each measuring every phase for {args.seconds:g} s "
         f"after {args.warmup:g} s of warm-up, off and on of one N back to back, their order "
@@ -572,6 +580,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--units", type=int, default=2048, help="hidden width (2048 gives 4.76M params)"
     )
     parser.add_argument(
+        "--batch-timeout-micros",
+        type=int,
+        default=0,
+        help="the policy's batch_timeout_micros (default: 0, no wait)",
+    )
+    parser.add_argument(
         "--num-batch-threads",
         type=int,
         default=None,
@@ -586,6 +600,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--rounds must be 1 or more")
     if args.num_batch_threads is not None and args.num_batch_threads < 1:
         parser.error("--num-batch-threads must be 1 or more")
+    if args.batch_timeout_micros < 0:
+        parser.error("--batch-timeout-micros must not be negative")
     args.clients = parse_counts(parser, "--clients", args.clients)
     sizes = parse_counts(parser, "--allowed-batch-sizes", args.allowed_batch_sizes, empty=True)
     if sizes and (sizes != sorted(sizes) or sizes[-1] != MAX_BATCH_SIZE):
