@@ -444,8 +444,10 @@ def test_batching_merges_concurrent_requests_and_reports_it(tmp_path):
         batching = client.get("/v1/admin/models/m").json()["versions"][0]["batching"]
         assert batching["requests"] == 120  # every request went through the batcher
         assert sum(int(size) * n for size, n in batching["sizes"].items()) == 120
+        assert (batching["retried"], batching["rejected"]) == (0, 0)  # no limit, no bad input
         metrics = client.get("/monitoring/prometheus/metrics").text
         assert 'lifecycle_version_batch_requests_bucket{le="+Inf"' in metrics
+        assert re.search(r"^lifecycle_version_batch_rejected_total\{.*\} 0\.0$", metrics, re.M)
 
     for flags, fragment in [
         ({"max_batch_size": 0}, "--max_batch_size must be an integer >= 1"),

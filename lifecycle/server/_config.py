@@ -9,6 +9,7 @@ with its generated code, so a file written for TensorFlow Serving works as is.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import ipaddress
 import os
@@ -117,10 +118,14 @@ def _non_negative(flag: str) -> object:
     return check
 
 
+def _check_threads(flag: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{flag} must be an integer >= 0. Received: {value!r}")
+
+
 def _threads(flag: str) -> object:
     def check(_: object, __: object, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{flag} must be an integer >= 0. Received: {value!r}")
+        _check_threads(flag, value)
 
     return check
 
@@ -383,7 +388,6 @@ def _batching(enabled: bool, path: str | None, flags: dict[str, Any]) -> Batchin
             raise ValueError(
                 f"--allowed_batch_sizes takes comma-separated integers. Received: {allowed!r}"
             ) from None
-    given.setdefault("max_batch_size", 32)
     try:
         return BatchingPolicy(**given)
     except ValueError as error:
@@ -408,6 +412,7 @@ _BATCHING_FIELDS = (
 _BATCHING_DEFAULTS = {"max_batch_size": 1000, "batch_timeout_micros": 0, "max_enqueued_batches": 10}
 
 
+@functools.cache
 def _batching_parameters_class() -> Any:
     """The message class of ``tensorflow.serving.BatchingParameters``, built from its fields."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
@@ -470,13 +475,8 @@ def read_batching_parameters(path: str) -> BatchingPolicy:
             "separate batches. Leave it out or set it to false."
         )
     values: dict[str, Any] = dict(_BATCHING_DEFAULTS)
-    for name in (
-        "max_batch_size",
-        "batch_timeout_micros",
-        "max_enqueued_batches",
-        "num_batch_threads",
-    ):
-        if parameters.HasField(name):
+    for _, name, _, wrapper, _ in _BATCHING_FIELDS:
+        if wrapper == "Int64Value" and parameters.HasField(name):
             values[name] = getattr(parameters, name).value
     values["allowed_batch_sizes"] = tuple(parameters.allowed_batch_sizes)
     try:
@@ -487,7 +487,7 @@ def read_batching_parameters(path: str) -> BatchingPolicy:
 
 def _parallelism(session: int, intra: int, inter: int) -> dict[str, int]:
     """The thread counts of TensorFlow Serving's three parallelism flags."""
-    _threads("--tensorflow_session_parallelism")(None, None, session)  # type: ignore[operator]
+    _check_threads("--tensorflow_session_parallelism", session)
     if session and intra and inter:
         raise ValueError(
             "Set either --tensorflow_session_parallelism or --tensorflow_intra_op_parallelism"
