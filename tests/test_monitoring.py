@@ -168,6 +168,35 @@ def test_prometheus_reports_registry_versions_and_serves_on_loopback():
         assert "lifecycle_version_leases" in body
 
 
+def test_a_new_prometheus_registry_where_a_dead_one_was_gets_its_own_collector():
+    from prometheus_client import CollectorRegistry
+
+    # CPython often places a new registry at a dropped one's address; the
+    # collector must follow the registry, not the address.
+    for _ in range(20):
+        target = CollectorRegistry()
+        lc.monitoring.register_prometheus(target)
+        _, samples = scrape(target)
+        assert ("lifecycle_live_models", ()) in samples
+        del target
+        gc.collect()
+
+
+def test_prometheus_collector_holds_model_registries_weakly():
+    import weakref
+
+    from prometheus_client import CollectorRegistry
+
+    collector = lc.monitoring.register_prometheus(CollectorRegistry())
+    registry = lc.ModelRegistry(name="dropped")
+    collector.add_registry(registry)
+    ref = weakref.ref(registry)
+    registry.close()
+    del registry
+    gc.collect()
+    assert ref() is None
+
+
 def test_missing_prometheus_client_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     with pytest.raises(ImportError, match=r'pip install "keras-lifecycle\[prometheus\]"'):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,19 +38,20 @@ class LifecycleCollector:
 
     Args:
         model_registries: Registries whose versions to report, labelled by
-            ``registry``, ``model`` and ``version``.
+            ``registry``, ``model`` and ``version``. They are held weakly: a
+            registry the program drops is no longer reported.
     """
 
     def __init__(self, model_registries: Iterable[ModelRegistry] = ()) -> None:
         _prometheus()
         self._lock = threading.Lock()
-        self._registries: list[ModelRegistry] = list(model_registries)
+        # Weakly held: reporting a registry must not keep it (and its models) alive.
+        self._registries: weakref.WeakSet[ModelRegistry] = weakref.WeakSet(model_registries)
 
     def add_registry(self, registry: ModelRegistry) -> None:
         """Also report ``registry``'s versions."""
         with self._lock:
-            if registry not in self._registries:
-                self._registries.append(registry)
+            self._registries.add(registry)
 
     def describe(self) -> list[Any]:
         """No description: the metrics are produced at scrape time."""
@@ -125,7 +127,7 @@ class LifecycleCollector:
 
     def _registry_metrics(self, core: Any) -> Iterator[Any]:
         with self._lock:
-            registries = list(self._registries)
+            registries = sorted(self._registries, key=lambda registry: registry.name)
         if not registries:
             return
         labels = ["registry", "model", "version"]
@@ -190,7 +192,10 @@ def _buckets(sizes: Mapping[int, int]) -> list[tuple[str, float]]:
 
 
 _registered_lock = threading.Lock()
-_registered: dict[int, LifecycleCollector] = {}
+# Keyed by the Prometheus registry itself, weakly: an entry goes with its
+# registry, so a new registry that Python places at a dead one's address is not
+# mistaken for it (keying by id() did that, and kept every collector alive).
+_registered: weakref.WeakKeyDictionary[Any, LifecycleCollector] = weakref.WeakKeyDictionary()
 
 
 def register_prometheus(
@@ -219,11 +224,11 @@ def register_prometheus(
     prometheus_client, _ = _prometheus()
     target = prometheus_client.REGISTRY if registry is None else registry
     with _registered_lock:
-        collector = _registered.get(id(target))
+        collector = _registered.get(target)
         if collector is None:
             collector = LifecycleCollector()
             target.register(collector)
-            _registered[id(target)] = collector
+            _registered[target] = collector
     for model_registry in model_registries:
         collector.add_registry(model_registry)
     return collector
