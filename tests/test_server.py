@@ -659,21 +659,47 @@ def grpc_predict(port: int) -> tuple[list, int]:
     return tf.make_ndarray(response.outputs["output_0"]).tolist(), response.model_spec.version.value
 
 
+class Served(subprocess.Popen):
+    """A ``lifecycle serve`` process whose output a thread keeps reading.
+
+    A pipe nobody reads fills up (64 KiB): the server then blocks on its next
+    log line and stops answering.
+    """
+
+    def __init__(self, command: list[str]) -> None:
+        super().__init__(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.stdout is not None
+        with self.stdout:
+            for line in self.stdout:
+                self.lines.append(line)
+
+    def output(self, timeout: float = 60) -> str:
+        """Everything the process printed, once it has exited (waits up to ``timeout``)."""
+        self.wait(timeout)
+        self._reader.join(timeout)
+        return "".join(self.lines)
+
+
 @contextlib.contextmanager
-def lifecycle_serve(*flags: str, ready_within: float = 180) -> Iterator[subprocess.Popen]:
+def lifecycle_serve(*flags: str, ready_within: float = 180) -> Iterator[Served]:
     """``lifecycle serve *flags`` in a child process, once ready; killed on exit if still running.
 
-    ``flags`` must include ``--rest_api_port``; its output is the process's stdout.
+    ``flags`` must include ``--rest_api_port``; :func:`stop` returns its output.
     """
     port = flags[flags.index("--rest_api_port") + 1]
     command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
-    process = subprocess.Popen(
-        [*command, *flags], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    process = Served([*command, *flags])
     try:
         deadline = time.monotonic() + ready_within
         while True:
-            assert process.poll() is None, process.communicate()[0]
+            assert process.poll() is None, process.output()
             assert time.monotonic() < deadline, f"not ready within {ready_within} s"
             with contextlib.suppress(httpx.TransportError):
                 ready = httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5)
@@ -684,13 +710,13 @@ def lifecycle_serve(*flags: str, ready_within: float = 180) -> Iterator[subproce
     finally:
         if process.poll() is None:
             process.kill()
-            process.communicate(timeout=30)
+            process.output(timeout=30)
 
 
-def stop(process: subprocess.Popen) -> str:
+def stop(process: Served) -> str:
     """SIGTERM ``process``; assert it exits 0 within 60 s; its output."""
     process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=60)
+    output = process.output(timeout=60)
     assert process.returncode == 0, output
     return output
 
