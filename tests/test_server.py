@@ -743,6 +743,7 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root, tmp_path):
     assert "Shutting down" in output
     assert f"gRPC running on 127.0.0.1:{grpc_port}" in output
     assert "Registry closed: 1 version(s) drained and disposed." in output
+    assert "POST /v1/models" not in output  # no line per request, as in TensorFlow Serving
 
 
 @pytest.mark.subprocess

@@ -28,6 +28,7 @@ def test_two_replicas_move_to_a_new_version_within_two_polls_without_a_failed_re
         ]
         for port in ports
     ]
+    flags[0].append("--access_log")  # and a line per request, read while it serves
     answers: dict[int, list[tuple[float, float]]] = {port: [] for port in ports}
     failures: list[str] = []
     done = threading.Event()
@@ -79,6 +80,9 @@ def test_two_replicas_move_to_a_new_version_within_two_polls_without_a_failed_re
         assert moved <= 2 * POLL_SECONDS, f"replica {port} moved after {moved:.2f} s"
     for output in outputs:
         assert "Registry closed: 1 version(s) drained and disposed." in output
+    logged = outputs[0].count('"POST /v1/models/m:predict HTTP/1.1" 200')
+    assert logged == len(answers[ports[0]]), (logged, len(answers[ports[0]]))
+    assert '"POST /v1/models' not in outputs[1]
 
 
 pytestmark = pytest.mark.subprocess

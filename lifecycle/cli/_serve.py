@@ -159,6 +159,11 @@ def serve(
         "--sticky_key_header",
         help="Request header holding the sticky routing key of weighted routes.",
     ),
+    access_log: bool = typer.Option(
+        False,
+        "--access_log",
+        help="Log a line per HTTP request (off by default, as in TensorFlow Serving).",
+    ),
 ) -> None:
     """Serve models over TensorFlow Serving's REST and gRPC APIs and KServe's v2 protocol.
 
@@ -210,6 +215,7 @@ def serve(
             tensorflow_session_parallelism=tensorflow_session_parallelism,
             tensorflow_intra_op_parallelism=tensorflow_intra_op_parallelism,
             tensorflow_inter_op_parallelism=tensorflow_inter_op_parallelism,
+            access_log=access_log,
         )
     except (ValueError, FileNotFoundError) as error:
         console().print(f"lifecycle serve: {error}", markup=False)

@@ -261,6 +261,7 @@ def serve(config: ServerConfig) -> None:
             lifespan="on",
             timeout_graceful_shutdown=config.drain_seconds,  # type: ignore[arg-type]
             log_level="info",
+            access_log=config.access_log,
         ),
         grpc_server=(lambda: build_grpc_server(service, config)) if config.grpc_port else None,
         grace=config.drain_seconds,

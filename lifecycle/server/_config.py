@@ -181,6 +181,10 @@ class ServerConfig:
             Set when the server starts, before TensorFlow runs an op.
         inter_op_parallelism: Ops TensorFlow may run at once
             (``--tensorflow_inter_op_parallelism``); 0: TensorFlow's choice.
+        access_log: Log a line per HTTP request (``--access_log``). Off by
+            default, as TensorFlow Serving logs none: at thousands of requests
+            a second the lines cost the event loop, and a console or pipe
+            nobody reads stalls the server once full.
 
     Example:
         >>> from lifecycle.server import ServerConfig
@@ -228,6 +232,7 @@ class ServerConfig:
     inter_op_parallelism: int = attrs.field(
         default=0, validator=_threads("--tensorflow_inter_op_parallelism")
     )
+    access_log: bool = False
 
     def __attrs_post_init__(self) -> None:
         names = [model.name for model in self.models]
@@ -289,6 +294,7 @@ class ServerConfig:
         tensorflow_session_parallelism: int = 0,
         tensorflow_intra_op_parallelism: int = 0,
         tensorflow_inter_op_parallelism: int = 0,
+        access_log: bool = False,
     ) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
@@ -345,6 +351,7 @@ class ServerConfig:
             drain_seconds=drain_seconds,
             file_system_poll_wait_seconds=file_system_poll_wait_seconds,
             admin_api=admin_api,
+            access_log=access_log,
             admin_token=admin_token if admin_token is not None else _env_token(),
             sticky_key_header=sticky_key_header,
             swap_policy=swap_policy,
