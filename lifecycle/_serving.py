@@ -9,8 +9,10 @@ every call, so ``dispose()`` waits for it and later calls raise ``DisposedError`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from . import _tf
@@ -44,13 +46,25 @@ class ServingFunction:
         )
         # Every serving function shares `serve`'s body; one trace per model is expected.
         _tf.omit_retracing_warning(self._function)
-        # With a signature, calls go to its one concrete function: cheaper than
-        # the tf.function's dispatch, and safe from its lock, which a call with
-        # inputs that do not fit the signature leaves held (TensorFlow 2.21:
-        # every later call from another thread then waits forever).
-        self._call: Any = (
-            self._function if signature is None else self._function.get_concrete_function()
-        )
+        self._specs = input_signature
+        self._call: Any = self._function
+        self._flat: Any = None
+        if signature is not None:
+            # With a signature, calls go to its one concrete function: cheaper
+            # than the tf.function's dispatch, and safe from its lock, which a
+            # call with inputs that do not fit the signature leaves held
+            # (TensorFlow 2.21: every later call from another thread then waits
+            # forever).
+            concrete = self._function.get_concrete_function()
+            self._call = concrete
+            # Inputs that already fit the signature skip TensorFlow's argument
+            # binding; anything else takes the full call, and its errors.
+            leaves = tf.nest.flatten(input_signature)
+            if flatten_as(input_signature, input_signature) is not None and all(
+                spec.shape.rank is not None for spec in leaves
+            ):
+                self._flat = _tf.flat_call(concrete)
+                self._leaves = [_Leaf.of(spec) for spec in leaves]
         model._lifecycle.dependents.add(self)
 
     def __call__(self, inputs: Any) -> Any:
@@ -63,9 +77,38 @@ class ServingFunction:
         if not gate.enter():
             raise disposed_error(self._model, "its serving function")
         try:
+            if self._flat is not None:
+                tensors = self._fitting_tensors(inputs)
+                if tensors is not None:
+                    return self._flat(tensors)
             return self._call(inputs)
         finally:
             gate.exit()
+
+    def _fitting_tensors(self, inputs: Any) -> list[Any] | None:
+        """``inputs`` as flat tensors if each already fits its spec exactly, else None.
+
+        Eager tensors of the spec's dtype pass as they are, NumPy arrays of its
+        dtype are wrapped; anything that needs a conversion or does not fit is
+        left to TensorFlow's own binding.
+        """
+        flat = flatten_as(self._specs, inputs)
+        if flat is None:
+            return None
+        tensors = []
+        for value, leaf in zip(flat, self._leaves, strict=True):
+            if isinstance(value, tf.Tensor):
+                if value.dtype != leaf.dtype:
+                    return None
+            elif type(value) is not np.ndarray or value.dtype != leaf.numpy_dtype:
+                return None
+            shape = value.shape
+            if len(shape) != len(leaf.dims) or any(
+                want is not None and want != got for want, got in zip(leaf.dims, shape, strict=True)
+            ):
+                return None
+            tensors.append(value if isinstance(value, tf.Tensor) else tf.constant(value))
+        return tensors
 
     def structure(self) -> tuple[Any, Any]:
         """The traced input signature and the outputs' specs, as nests of ``tf.TensorSpec``.
@@ -87,7 +130,45 @@ class ServingFunction:
     def _drop(self) -> None:
         # Called by dispose() once calls have drained: the traced graph holds
         # the model's handles.
-        self._function = self._call = None
+        self._function = self._call = self._flat = None
+
+
+class _Leaf:
+    """One input of a serving signature, as the fast path checks it."""
+
+    __slots__ = ("dims", "dtype", "numpy_dtype")
+
+    def __init__(self, dtype: tf.DType, numpy_dtype: Any, dims: tuple[int | None, ...]) -> None:
+        self.dtype = dtype
+        self.numpy_dtype = numpy_dtype
+        self.dims = dims
+
+    @classmethod
+    def of(cls, spec: tf.TensorSpec) -> _Leaf:
+        # Strings are never taken from NumPy here: object arrays need TensorFlow's conversion.
+        numpy_dtype = None if spec.dtype == tf.string else np.dtype(spec.dtype.as_numpy_dtype)
+        return cls(spec.dtype, numpy_dtype, tuple(spec.shape.as_list()))
+
+
+def flatten_as(specs: Any, inputs: Any) -> list[Any] | None:
+    """``inputs`` as a list in ``tf.nest`` order of ``specs``, or None if shaped otherwise.
+
+    ``specs`` is a ``tf.TensorSpec``, a mapping of them or a list or tuple of
+    them; any other signature gives None for every input.
+    """
+    if isinstance(specs, tf.TensorSpec):
+        return [inputs]
+    if isinstance(specs, Mapping):
+        if not all(isinstance(spec, tf.TensorSpec) for spec in specs.values()):
+            return None
+        if not isinstance(inputs, Mapping) or inputs.keys() != specs.keys():
+            return None
+        return [inputs[key] for key in sorted(specs)]
+    if isinstance(specs, (list, tuple)) and all(isinstance(spec, tf.TensorSpec) for spec in specs):
+        if not isinstance(inputs, (list, tuple)) or len(inputs) != len(specs):
+            return None
+        return list(inputs)
+    return None
 
 
 def serving_function(

@@ -311,6 +311,17 @@ def test_the_sweeps_benchmark_exits_1_when_the_searches_disagree(
     assert ("best trials differ: managed" in err) is not agree
 
 
+def test_the_serving_call_benchmark_compares_each_way_with_tf_function(load_script):
+    module = load_script("serving_call.py")
+    ways = {way: [100e-6, 200e-6] for way in module.WAYS}
+    ways["lc.serving_function"] = [50e-6, 150e-6]
+    rows = {row[1]: row for row in module.rows({64: ways})}
+    assert rows["tf.function"][2:] == ["150 (100-200)", *["1.00x (1.00-1.00)"] * 2]
+    assert rows["lc.serving_function"][2:] == ["100 (50-150)", *["0.62x (0.50-0.75)"] * 2]
+    assert {row[0] for row in rows.values()} == {"MLP 256-64-64-16"}
+    module._harness.render_table(module.HEADER, list(rows.values()))
+
+
 def test_the_checkpoint_benchmark_compares_each_operation_with_plain(load_script):
     module = load_script("checkpoints.py")
     times = {name: [0.010, 0.020] for name in module.OPERATIONS}
@@ -510,6 +521,29 @@ def test_batching_benchmark_measures_off_and_on_in_process_and_served():
     assert in_process < served, lines
     check_batching_part(lines[in_process:served], served=False)
     check_batching_part(lines[served:], served=True)
+
+
+@pytest.mark.subprocess
+@pytest.mark.benchmark
+def test_serving_call_benchmark_times_every_way_against_tf_function():
+    lines = run_benchmark("serving_call.py", *("--units", "8", "--rounds", "2", "--calls", "20"))
+    rows = {
+        split_cells(line)[1]: split_cells(line)
+        for line in lines
+        if line.startswith("MLP 256-8-8-16")
+    }
+    assert set(rows) == {
+        "eager model(x)",
+        "tf.function",
+        "concrete function",
+        "lc.serving_function",
+        "registry.predict",
+    }
+    assert rows["tf.function"][3] == rows["concrete function"][4] == "1.00x (1.00-1.00)"
+    for row in rows.values():
+        assert re.fullmatch(r"\d+ \(\d+-\d+\)", row[2]), row
+        for ratio in row[3:]:
+            assert re.fullmatch(r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\)", ratio), row
 
 
 @pytest.mark.subprocess

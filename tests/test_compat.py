@@ -19,6 +19,7 @@ from tensorflow.python.distribute import collective_all_reduce_strategy, ps_valu
 from tensorflow.python.distribute import values as distribute_values
 from tensorflow.python.eager import context
 from tensorflow.python.eager.polymorphic_function import polymorphic_function
+from tensorflow.python.eager.polymorphic_function.concrete_function import ConcreteFunction
 from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops import resource_variable_ops
 
@@ -190,6 +191,23 @@ def test_a_renamed_retracing_switch_fails_loudly(fresh_check, monkeypatch):
         "_omit_tracing_warning",
     )
     fails_loudly("tf.function frequent-retracing warning", "_omit_frequent_tracing_warning")
+
+
+def test_serving_functions_read_the_flat_call_loudly():
+    # (Taking _call_flat away fails an earlier check: every tf.function call uses it.)
+    with pytest.raises(lc.CompatibilityError, match=r"ConcreteFunction\._call_flat"):
+        _tf.flat_call(object())
+
+
+def test_flat_inputs_in_another_order_fail_the_check(fresh_check, monkeypatch):
+    # As if TensorFlow fed a dict's inputs in insertion order instead of sorted keys.
+    original = ConcreteFunction._call_flat
+
+    def reversed_order(self, tensors, captured_inputs):
+        return original(self, list(reversed(tensors)), captured_inputs)
+
+    monkeypatch.setattr(ConcreteFunction, "_call_flat", reversed_order)
+    fails_loudly("ConcreteFunction._call_flat on tf.nest-flattened inputs")
 
 
 @pytest.mark.parametrize("method", ["predict_on_batch", "save_weights", "__call__"])

@@ -415,6 +415,55 @@ def test_serving_function_matches_the_model_and_is_guarded():
         lc.serving_function(keras.Sequential([keras.Input((2,))]))
 
 
+def counted(monkeypatch, serve):
+    """Count the calls that take the serving function's flat fast path."""
+    calls = []
+    flat = serve._flat
+
+    def counting(tensors):
+        calls.append([tuple(tensor.shape) for tensor in tensors])
+        return flat(tensors)
+
+    monkeypatch.setattr(serve, "_flat", counting)
+    return calls
+
+
+def test_inputs_that_fit_the_signature_skip_binding_and_give_the_same_answers(monkeypatch):
+    model = functional()
+    serve = lc.serving_function(model, tf.TensorSpec([None, 8], tf.float32))
+    fast = counted(monkeypatch, serve)
+    expected = model(X, training=False)
+    for fitting in (X, tf.constant(X)):
+        np.testing.assert_allclose(serve(fitting), expected, rtol=1e-6)
+    assert fast == [[(len(X), 8)]] * 2
+    # Anything that needs converting takes TensorFlow's own call, with the same answers.
+    for other in (X.astype("float64"), X.tolist()):
+        np.testing.assert_allclose(serve(other), expected, rtol=1e-6)
+    # And what does not fit gets TensorFlow's errors, as before.
+    with pytest.raises(TypeError, match="Binding inputs"):
+        serve(np.zeros((1, 3), "float32"))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="double"):
+        serve(tf.constant(X, tf.float64))
+    assert len(fast) == 2
+    model.dispose()
+
+
+def test_the_fast_path_feeds_dict_inputs_in_the_traced_order(monkeypatch):
+    wide, narrow = keras.Input((3,), name="wide"), keras.Input((1,), name="narrow", dtype="int32")
+    joined = keras.layers.Concatenate()([wide, keras.ops.cast(narrow, "float32")])
+    model = lc.manage(keras.Model({"wide": wide, "narrow": narrow}, keras.layers.Dense(2)(joined)))
+    specs = {
+        "wide": tf.TensorSpec([None, 3], tf.float32),
+        "narrow": tf.TensorSpec([None, 1], tf.int32),
+    }
+    serve = lc.serving_function(model, specs)
+    fast = counted(monkeypatch, serve)
+    inputs = {"wide": np.ones((2, 3), "float32"), "narrow": np.array([[1], [2]], "int32")}
+    np.testing.assert_allclose(serve(inputs), model(inputs, training=False), rtol=1e-6)
+    assert fast == [[(2, 1), (2, 3)]]  # tf.nest order: sorted keys
+    model.dispose()
+
+
 def test_a_call_that_does_not_fit_the_signature_leaves_the_function_usable_by_other_threads():
     """A bare tf.function keeps its lock after such a call: other threads then wait forever."""
     model = functional()

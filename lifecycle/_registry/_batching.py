@@ -12,14 +12,13 @@ row); its outputs are split back so that every caller gets exactly its rows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from .._core._batcher import Batcher, BatchingPolicy, BatchingStatistics
-from .._serving import ServingFunction
+from .._serving import ServingFunction, flatten_as
 
 __all__ = ["BatchedServe"]
 
@@ -67,7 +66,7 @@ class BatchedServe:
 
     def _prepare(self, inputs: Any) -> tuple[list[np.ndarray], int, tuple[Any, ...]] | None:
         """``(arrays, rows, kind)`` of a request that can join a batch, else None."""
-        flat = self._flatten(inputs)
+        flat = flatten_as(self._specs, inputs)
         if flat is None:
             return None
         leaves = []
@@ -88,23 +87,6 @@ class BatchedServe:
         if len(rows) != 1 or 0 in rows:
             return None
         return leaves, rows.pop(), tuple(array.shape[1:] for array in leaves)
-
-    def _flatten(self, inputs: Any) -> list[Any] | None:
-        """``inputs`` as a list of the signature's inputs, in ``tf.nest`` order; None if other."""
-        specs = self._specs
-        if isinstance(specs, tf.TensorSpec):
-            return [inputs]
-        if isinstance(specs, Mapping):
-            if not isinstance(inputs, Mapping) or set(inputs) != set(specs):
-                return None
-            return [inputs[key] for key in sorted(specs)]
-        if isinstance(specs, (list, tuple)) and all(
-            isinstance(spec, tf.TensorSpec) for spec in specs
-        ):
-            if not isinstance(inputs, (list, tuple)) or len(inputs) != len(specs):
-                return None
-            return list(inputs)
-        return None
 
     def _run(self, items: list[list[np.ndarray]], pad_to: int) -> list[Any]:
         """Serve ``items`` in one call of the serving function; each item's outputs."""

@@ -12,7 +12,7 @@ try:
     from . import _memory as memory
     from . import _strategies as strategies
     from ._compat import CompatibilityReport, check_compatibility
-    from ._functions import omit_retracing_warning
+    from ._functions import flat_call, omit_retracing_warning
     from ._keras import clear_session_preserving_caller_state
     from ._naming import isolated_names
     from ._purge import (
@@ -53,6 +53,7 @@ __all__ = [
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
     "external_captures",
+    "flat_call",
     "func_graphs",
     "is_released",
     "isolated_names",

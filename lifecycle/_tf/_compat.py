@@ -124,6 +124,26 @@ def _check_retracing_warning() -> None:
     assert float(function(tf.constant(1.0))) == 2.0
 
 
+def _check_flat_call() -> None:
+    # Two inputs of different dtypes, so a change of the flat order fails the call.
+    variable = tf.Variable(2.0)
+    specs = {"b": tf.TensorSpec([None, 2], tf.float32), "a": tf.TensorSpec([None, 3], tf.int32)}
+
+    def body(x: dict[str, Any]) -> dict[str, Any]:
+        return {"sum": tf.reduce_sum(x["b"], 1) * variable, "count": tf.reduce_sum(x["a"], 1)}
+
+    concrete = tf.function(body, input_signature=[specs]).get_concrete_function()
+    inputs = {"b": tf.ones([2, 2]), "a": tf.constant([[1, 2, 3], [4, 5, 6]])}
+    call = _functions.flat_call(concrete)
+    with tf.GradientTape() as tape:
+        flat = call(tf.nest.flatten(inputs))
+    expected = concrete(inputs)
+    assert flat.keys() == expected.keys(), (flat.keys(), expected.keys())
+    for key in expected:
+        assert np.array_equal(flat[key], expected[key]), (key, flat[key], expected[key])
+    assert tape.gradient(flat["sum"], variable) is not None, "no gradient recorded"
+
+
 def _check_build_scope() -> None:
     seen: list[tuple[str, str]] = []
     previous = keras.config.dtype_policy()
@@ -298,6 +318,7 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("eager kernel cache can be cleared", _check_kernel_cache),
     ("dtype policy and device scope carried to another thread", _check_build_scope),
     ("tf.function frequent-retracing warning can be omitted", _check_retracing_warning),
+    ("ConcreteFunction._call_flat on tf.nest-flattened inputs", _check_flat_call),
 )
 
 # The Keras class plumbing, and what dispose() reads under tf.distribute.
