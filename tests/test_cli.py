@@ -92,6 +92,30 @@ def test_soak_prints_the_table_and_writes_a_png(app, tmp_path):
     assert image.shape[0] > 100 and image.shape[1] > 100
 
 
+NOISY_WORKER = """
+import json, sys
+sys.stderr.write("warning line\\n" * 20_000)  # about 260 KiB: more than a pipe holds
+print(json.dumps({"rss_mib": 1.0, "seconds": 0.1}), flush=True)
+sys.stderr.write("the last words")
+sys.exit(3)
+"""
+
+
+def test_a_soak_worker_that_writes_much_to_stderr_neither_hangs_nor_loses_its_error(
+    tmp_path, monkeypatch
+):
+    from lifecycle.cli import _soak
+
+    (tmp_path / "noisy_worker.py").write_text(NOISY_WORKER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(_soak, "WORKER", "noisy_worker")
+    seen = []
+    results = _soak.run_soak(["a"], 1, 8, 60, lambda variant, sample: seen.append(variant))
+    assert seen == ["a"] and results["a"]["rss"] == [1.0]
+    error = results["a"]["error"]
+    assert error.startswith("exit code 3: ") and error.endswith("the last words"), error[:200]
+
+
 def fake_soak(rss_per_variant):
     """A stand-in for run_soak that reports the given RSS samples (MiB) at once."""
 

@@ -7,11 +7,13 @@ progress bar per variant and ends with a table of memory growth per cycle.
 
 # No `from __future__ import annotations`: typer reads the command's annotations
 # at run time.
+import contextlib
 import json
 import os
 import selectors
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -142,6 +144,22 @@ def run_soak(
     Returns:
         Per variant: ``rss`` (MiB per cycle), ``seconds`` per cycle, ``error``.
     """
+    # Each worker's stderr goes to a file: a pipe read only at the end would
+    # block a worker that wrote more than the pipe holds.
+    with contextlib.ExitStack() as stack:
+        errors = {v: stack.enter_context(tempfile.TemporaryFile("w+")) for v in variants}
+        return _run_workers(variants, cycles, units, timeout, on_cycle, errors)
+
+
+def _run_workers(
+    variants: list[str],
+    cycles: int,
+    units: int,
+    timeout: float,
+    on_cycle: Any,
+    errors: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """:func:`run_soak`'s work, each worker's stderr going to its file in ``errors``."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     processes = {
         variant: subprocess.Popen(
@@ -150,7 +168,7 @@ def run_soak(
                 *("--cycles", str(cycles), "--units", str(units)),
             ],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=errors[variant],
             text=True,
             env=env,
         )
@@ -185,7 +203,9 @@ def run_soak(
         except subprocess.TimeoutExpired:
             process.kill()
             results[variant]["error"] = f"timed out after {timeout:g} s"
-        _, err = process.communicate()
+        process.communicate()
+        errors[variant].seek(0)
+        err = errors[variant].read()
         if process.returncode and results[variant]["error"] is None:
             results[variant]["error"] = f"exit code {process.returncode}: {err.strip()[-500:]}"
     return results
