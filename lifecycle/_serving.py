@@ -49,6 +49,7 @@ class ServingFunction:
         self._specs = input_signature
         self._call: Any = self._function
         self._flat: Any = None
+        self._leaves: list[_Leaf] = []
         if signature is not None:
             # With a signature, calls go to its one concrete function: cheaper
             # than the tf.function's dispatch, and safe from its lock, which a
