@@ -59,7 +59,9 @@ class ServingFunction:
             concrete = self._function.get_concrete_function()
             self._call = concrete
             # Inputs that already fit the signature skip TensorFlow's argument
-            # binding; anything else takes the full call, and its errors.
+            # binding; anything else takes the full call, and its errors. Only
+            # for signatures of a form flatten_as knows (it takes their own
+            # structure) and of known ranks.
             leaves = tf.nest.flatten(input_signature)
             if flatten_as(input_signature, input_signature) is not None and all(
                 spec.shape.rank is not None for spec in leaves
