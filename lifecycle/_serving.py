@@ -100,7 +100,8 @@ class ServingFunction:
             return None
         tensors = []
         for value, leaf in zip(flat, self._leaves, strict=True):
-            if isinstance(value, tf.Tensor):
+            is_tensor = isinstance(value, tf.Tensor)
+            if is_tensor:
                 if value.dtype != leaf.dtype:
                     return None
             elif type(value) is not np.ndarray or value.dtype != leaf.numpy_dtype:
@@ -110,7 +111,7 @@ class ServingFunction:
                 want is not None and want != got for want, got in zip(leaf.dims, shape, strict=True)
             ):
                 return None
-            tensors.append(value if isinstance(value, tf.Tensor) else tf.constant(value))
+            tensors.append(value if is_tensor else tf.constant(value))
         return tensors
 
     def structure(self) -> tuple[Any, Any]:

@@ -182,9 +182,9 @@ class ServerConfig:
         inter_op_parallelism: Ops TensorFlow may run at once
             (``--tensorflow_inter_op_parallelism``); 0: TensorFlow's choice.
         access_log: Log a line per HTTP request (``--access_log``). Off by
-            default, as TensorFlow Serving logs none: at thousands of requests
-            a second the lines cost the event loop, and a console or pipe
-            nobody reads stalls the server once full.
+            default, as TensorFlow Serving logs none: each line is written on
+            the event loop, and a console or pipe nobody reads stalls the
+            server once full.
 
     Example:
         >>> from lifecycle.server import ServerConfig
