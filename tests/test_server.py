@@ -17,6 +17,7 @@ import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -769,6 +770,23 @@ def test_thread_counts_are_set_before_tensorflow_runs_and_refused_after(run_chil
     assert "counts: 1 2" in out and "sum: 2.0" in out
     assert "refused: --tensorflow_intra_op_parallelism 3 cannot take effect: this process " in out
     assert "with 1 threads" in out
+
+
+def test_uvicorn_runs_the_c_http_parser_and_event_loop_of_the_serve_extra():
+    from lifecycle.server._app import uvicorn_config
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # any ASGI app
+        raise AssertionError("not called")
+
+    config = uvicorn_config(app, ServerConfig(access_log=True))
+    config.load()
+    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
+    assert (config.host, config.lifespan, config.access_log) == ("127.0.0.1", "on", True)
+    loop = config.get_loop_factory()()
+    try:
+        assert type(loop).__module__.startswith("uvloop"), type(loop)
+    finally:
+        loop.close()
 
 
 @pytest.mark.subprocess

@@ -192,6 +192,24 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
+    """The uvicorn settings that serve ``app`` as ``config`` says.
+
+    uvicorn picks its HTTP parser and event loop by what is installed: the
+    ``serve`` extra installs httptools and (except on Windows) uvloop, which
+    take about a fifth less CPU per request than h11 and asyncio's own loop.
+    """
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.rest_api_port,
+        lifespan="on",
+        timeout_graceful_shutdown=config.drain_seconds,  # type: ignore[arg-type]
+        log_level="info",
+        access_log=config.access_log,
+    )
+
+
 def set_parallelism(config: ServerConfig) -> None:
     """Give TensorFlow the thread counts of ``config`` (0: leave TensorFlow's choice)."""
     threading_ = tf.config.threading
@@ -254,15 +272,7 @@ def serve(config: ServerConfig) -> None:
     )
     service = ModelService(registry, config)
     server = _Server(
-        uvicorn.Config(
-            build_app(registry, config, service=service),
-            host=config.host,
-            port=config.rest_api_port,
-            lifespan="on",
-            timeout_graceful_shutdown=config.drain_seconds,  # type: ignore[arg-type]
-            log_level="info",
-            access_log=config.access_log,
-        ),
+        uvicorn_config(build_app(registry, config, service=service), config),
         grpc_server=(lambda: build_grpc_server(service, config)) if config.grpc_port else None,
         grace=config.drain_seconds,
         grpc_address=f"{config.host}:{config.grpc_port}",
