@@ -100,6 +100,27 @@ def test_named_inputs_and_the_infer_path_batch_too():
         assert registry.status("m")[0].batching.requests == 120
 
 
+def test_string_inputs_batch_through_tensorflows_own_conversion():
+    # Strings have no NumPy dtype of their own: a batch of them takes the full call.
+    def lookup():
+        words = keras.Input((1,), name="words", dtype="string")
+        return keras.Model(words, keras.layers.StringLookup(vocabulary=["a", "b", "c"])(words))
+
+    ids = {"a": 1, "b": 2, "c": 3, "z": 0}  # "z" is out of the vocabulary
+    merging = lc.BatchingPolicy(max_batch_size=8, batch_timeout_micros=20_000)
+    with lc.ModelRegistry() as registry:
+        registry.load("lookup", 1, lookup, batching=merging)
+        assert registry._table.find("lookup", 1).serve.serve._flat_arrays is False
+
+        def request(c: int, j: int) -> str | None:
+            word = "abcz"[(c + j) % 4]
+            out = registry.predict("lookup", np.array([[word]], dtype=object)).numpy()
+            return None if out.tolist() == [[ids[word]]] else f"{word!r} -> {out.tolist()}"
+
+        assert hammer(4, 10, request) == []
+        assert set(registry.status("lookup")[0].batching.sizes) - {1}  # some merged
+
+
 def test_a_bad_request_fails_alone_and_the_others_succeed():
     # One batch at a time, each waiting for the others: the bad ids share their batch.
     merging = lc.BatchingPolicy(max_batch_size=8, batch_timeout_micros=100_000, num_batch_threads=1)

@@ -178,7 +178,8 @@ class _Request:
         self.rows = rows
         self.kind = kind
         self.arrived = time.perf_counter()
-        self.done = threading.Event()
+        # Set when the request is served or leads; only a request that waits gets one.
+        self.done: threading.Event | None = None
         self.lead = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -244,11 +245,12 @@ class Batcher:
                         f"max_enqueued_batches={self.policy.max_enqueued_batches} batches of "
                         f"max_batch_size={self.policy.max_batch_size} allow. Retry later."
                     )
+                done = request.done = threading.Event()
                 self._queue.append(request)
                 self._queued_rows += rows
                 self._arrival.notify()
         if not lead:
-            request.done.wait()
+            done.wait()
             if not request.lead:
                 return request.outcome()
         self._lead(request)
@@ -280,7 +282,7 @@ class Batcher:
                     successor = self._queue.popleft()
                     self._queued_rows -= successor.rows
                     successor.lead = True
-                    successor.done.set()
+                    successor.done.set()  # type: ignore[union-attr]
                 else:
                     self._leaders -= 1
 
@@ -332,8 +334,9 @@ class Batcher:
             self._padded += pad_to - rows
             self._queue_seconds += sum(started - r.arrived for r in batch)
             self._sizes[len(batch)] += 1
-        for request in batch:  # the leader's own wait is over already
-            request.done.set()
+        for request in batch:  # the leader does not wait
+            if request.done is not None:
+                request.done.set()
 
     def _retry_alone(self, batch: list[_Request]) -> None:
         """After a failed batch: each request alone, so only the one at fault fails."""

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from .._core._batcher import Batcher, BatchingPolicy, BatchingStatistics
-from .._serving import ServingFunction, flatten_as
+from .._serving import Leaf, ServingFunction, flatten_as
 
 __all__ = ["BatchedServe"]
 
@@ -37,6 +37,10 @@ class BatchedServe:
         self._specs, _ = serve.structure()
         self._flat_specs: list[tf.TensorSpec] = tf.nest.flatten(self._specs)
         self._dtypes = [spec.dtype.as_numpy_dtype for spec in self._flat_specs]
+        # Each input's dims; None for an input of unknown rank, which never joins a batch.
+        self._leaves = [
+            None if spec.shape.rank is None else Leaf.of(spec) for spec in self._flat_specs
+        ]
         self._batcher = Batcher(self._run, policy)
 
     def __call__(self, inputs: Any) -> Any:
@@ -70,7 +74,9 @@ class BatchedServe:
         if flat is None:
             return None
         leaves = []
-        for value, spec, dtype in zip(flat, self._flat_specs, self._dtypes, strict=True):
+        for value, spec, dtype, leaf in zip(
+            flat, self._flat_specs, self._dtypes, self._leaves, strict=True
+        ):
             try:
                 if isinstance(value, tf.Tensor):
                     if value.dtype != spec.dtype:
@@ -80,7 +86,7 @@ class BatchedServe:
                     array = np.asarray(value, dtype=dtype)
             except (TypeError, ValueError):
                 return None
-            if array.ndim != spec.shape.rank or not spec.shape.is_compatible_with(array.shape):
+            if leaf is None or not leaf.fits(array.shape):
                 return None
             leaves.append(array)
         rows = {len(array) for array in leaves}
@@ -92,15 +98,16 @@ class BatchedServe:
         """Serve ``items`` in one call of the serving function; each item's outputs."""
         counts = [len(item[0]) for item in items]
         total = sum(counts)
+        # The items' arrays were checked against the signature by _prepare.
         if len(items) == 1 and pad_to == total:
-            return [self.serve(tf.nest.pack_sequence_as(self._specs, items[0]))]
+            return [self.serve._call_fitting(items[0])]
         merged = []
         for parts in zip(*items, strict=True):
             batch = np.concatenate(parts) if len(parts) > 1 else parts[0]
             if pad_to > total:
                 batch = np.concatenate([batch, np.repeat(batch[:1], pad_to - total, axis=0)])
             merged.append(batch)
-        outputs = self.serve(tf.nest.pack_sequence_as(self._specs, merged))
+        outputs = self.serve._call_fitting(merged)
         sizes = counts + ([pad_to - total] if pad_to > total else [])
         split = [tf.split(output, sizes) for output in tf.nest.flatten(outputs)]
         return [
