@@ -12,7 +12,8 @@ default unless ``--num-batch-threads``; *off* is no batching.
 in-process
     The MLP is loaded twice into one ``lc.ModelRegistry``: once plainly (*off*)
     and once with ``batching=lc.BatchingPolicy(max_batch_size=32,
-    allowed_batch_sizes=...)`` (*on*). N threads call
+    allowed_batch_sizes=...)`` (*on*); the ceiling's MLP plainly beside them.
+    N threads call
     ``registry.predict(name, x)`` with one row back to back, first for
     ``--warmup`` seconds unmeasured, then for ``--seconds`` seconds, each
     request timed with ``time.perf_counter_ns``; every exception a request
@@ -21,10 +22,11 @@ in-process
     seconds.
 
     Rounds: each of ``--rounds`` rounds is one child process that measures
-    every (N, off/on) phase, off and on of one N back to back, with the order
-    of off and on alternating between rounds. One child per round rather than
-    per phase: a phase only starts and joins threads, while a child pays a
-    TensorFlow import and two loads with warm-ups; with both variants in one
+    every (N, off/on/ceiling) phase, off and on of one N back to back, with the
+    order of off and on alternating between rounds, then the ceiling. One child
+    per round rather than per phase: a phase only starts and joins threads,
+    while a child pays a TensorFlow import and three loads with warm-ups; with
+    all variants in one
     child, off and on of one N run seconds apart and see nearly the same
     machine.
 
@@ -35,9 +37,10 @@ serve
     command line in a subprocess, free ports, ready once the benchmark's
     request is answered, stopped by PID): *off* plainly, *on* with
     ``--enable_batching --max_batch_size 32 --allowed_batch_sizes ...`` (the
-    batching flags apply to every model of a server, hence two servers). Both
-    run with ``--file_system_poll_wait_seconds 0`` and ``--port 0`` (no version
-    polling, no gRPC). The load is ``serve.py``'s: per phase, a Locust child
+    batching flags apply to every model of a server, hence two servers). A
+    third serves the ceiling's MLP plainly. All run with
+    ``--file_system_poll_wait_seconds 0`` and ``--port 0`` (no version polling,
+    no gRPC). The load is ``serve.py``'s: per phase, a Locust child
     with N ``FastHttpUser``s and no wait time sending the TensorFlow Serving
     REST request ``POST /v1/models/mlp:predict`` with ``{"instances": [[256
     floats]]}``, ``--warmup`` seconds, then ``--seconds`` measured; each
@@ -48,12 +51,22 @@ serve
     the server's CPU time per request and the load generator's CPU share over
     the window are shown too (psutil, as in ``serve.py``).
     The servers stay up; each of ``--rounds`` rounds runs, per N, the *off* and
-    the *on* phase back to back, in an order alternating between rounds.
+    the *on* phase back to back, in an order alternating between rounds, then
+    the ceiling's.
 
-Each part prints a table (per N and off/on: median over rounds with min-max)
-and the ratios on/off, taken within each round, then their median and
-min-max, and checks the targets: with 16 clients, throughput on/off >= 2.5x
-and p50 on/off <= 1.2x; with 1 client, throughput on/off >= 0.95x.
+Both parts also measure a *ceiling*, after the off and on phases of each N:
+the same path (the registry, or a third ``lifecycle serve`` process) serving
+the same MLP at ``--ceiling-units`` (16) wide, batching off: a model whose call
+costs next to nothing, so its requests/s is about the most the path itself
+allows. Batching can save at most the model's share of a request, so on/off
+can hardly exceed ceiling/off; where ceiling/off is under a target, the
+target is out of reach on that path and machine, whatever the batcher does.
+
+Each part prints a table (per N and off/on/ceiling: median over rounds with
+min-max) and the ratios on/off and ceiling/off, taken within each round, then
+their median and min-max, and checks the targets: with 16 clients, throughput
+on/off >= 2.5x and p50 on/off <= 1.2x; with 1 client, throughput on/off >=
+0.95x.
 
 The serve part needs the server's and the load generator's extras::
 
@@ -91,6 +104,9 @@ from hot_swap import INPUT_DIM, OUTPUTS, RequestThreads, build_mlp, mlp_params, 
 # The order of off and on in a round; rounds alternate between the two.
 VARIANTS = ("off-first", "on-first")
 MODES = ("off", "on")
+# The same path with a model that costs next to nothing, batching off: measured after
+# off and on of each N.
+CEILING = "ceiling"
 PARTS = ("in-process", "serve")
 MAX_BATCH_SIZE = 32
 ALLOWED_BATCH_SIZES = "1,2,4,8,16,32"
@@ -104,7 +120,7 @@ HEADER = [
     "requests/batch",
     "failed requests",
 ]
-RATIO_HEADER = ["clients", "throughput on/off", "p50 on/off", "p99 on/off"]
+RATIO_HEADER = ["clients", "throughput on/off", "p50 on/off", "p99 on/off", "ceiling/off"]
 # The server part's table: the columns above, the server's and the load generator's CPU.
 SERVE_HEADER = [*HEADER, "server CPU ms/request", "load gen CPU %"]
 # The admin API path of the served model's versions (their batching counters).
@@ -180,7 +196,8 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
     model_bytes = registry.load("off", 1, factory, warmup=request).bytes
     registry.load("on", 1, factory, warmup=request, batching=policy)
-    modes = MODES if variant == "off-first" else MODES[::-1]
+    registry.load(CEILING, 1, lambda: build_mlp(args.ceiling_units), warmup=request)
+    modes = (*(MODES if variant == "off-first" else MODES[::-1]), CEILING)
     phases: dict[str, dict[str, Any]] = {}
     try:
         for clients in args.clients:
@@ -198,6 +215,7 @@ def child_options(args: argparse.Namespace) -> list[str]:
     return [
         *("--seconds", str(args.seconds), "--warmup", str(args.warmup)),
         *("--units", str(args.units), "--clients", ",".join(map(str, args.clients))),
+        *("--ceiling-units", str(args.ceiling_units)),
         *("--allowed-batch-sizes", ",".join(map(str, args.allowed_batch_sizes))),
         *("--batch-timeout-micros", str(args.batch_timeout_micros)),
         *(
@@ -303,20 +321,23 @@ def serve_phase(
 
 
 def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> list[serve.Server]:
-    """Export the MLP as version 1 of two base paths; start the *off* and *on* servers."""
-    template = work / "model"
-    print("exporting the model for the servers ...", file=sys.stderr, flush=True)
-    exported = _harness.spawn_child(
-        serve.__file__, "export", ["--units", str(args.units), "--out", str(template)], args.timeout
-    )
-    if exported.result is None:
-        raise RuntimeError(f"exporting the model failed: {exported.error}")
+    """Export the MLP as version 1 of a base path per server; start *off*, *on* and *ceiling*."""
+    print("exporting the models for the servers ...", file=sys.stderr, flush=True)
+    models = {}
+    for units in dict.fromkeys((args.units, args.ceiling_units)):
+        models[units] = work / f"model-{units}"
+        options = ["--units", str(units), "--out", str(models[units])]
+        exported = _harness.spawn_child(serve.__file__, "export", options, args.timeout)
+        if exported.result is None:
+            raise RuntimeError(f"exporting the {units}-unit model failed: {exported.error}")
     servers = []
-    for mode, port in zip(MODES, serve.free_ports(len(MODES)), strict=True):
+    modes = (*MODES, CEILING)
+    for mode, port in zip(modes, serve.free_ports(len(modes)), strict=True):
+        model = models[args.ceiling_units if mode == CEILING else args.units]
         base = work / f"base-{mode}"
-        shutil.copytree(template, base / "1")
+        shutil.copytree(model, base / "1")
         flags = server_flags(mode, args)
-        servers.append(serve.start_server(mode, port, template, base, 0.0, logs, flags))
+        servers.append(serve.start_server(mode, port, model, base, 0.0, logs, flags))
     return servers
 
 
@@ -341,7 +362,7 @@ def run_serve_rounds(args: argparse.Namespace) -> tuple[list[dict[str, Any]], st
             phases: dict[str, Any] = {}
             rounds.append(phases)
             for clients in args.clients:
-                for mode in MODES if index % 2 == 0 else MODES[::-1]:
+                for mode in (*(MODES if index % 2 == 0 else MODES[::-1]), CEILING):
                     print(
                         f"serve round {index + 1}/{args.rounds}: {clients} / {mode} ...",
                         file=sys.stderr,
@@ -373,23 +394,23 @@ def values(phases: list[dict[str, Any]], key: str) -> list[float]:
     return [p[key] for p in phases if p.get(key) is not None]
 
 
-def ratios(rounds: list[dict[str, Any]], clients: int, key: str) -> list[float]:
-    """Per round, ``key`` of batching on over ``key`` of batching off at ``clients``."""
+def ratios(rounds: list[dict[str, Any]], clients: int, key: str, mode: str = "on") -> list[float]:
+    """Per round, ``key`` of ``mode`` (batching on) over ``key`` of batching off at ``clients``."""
     found = []
     for phases in rounds:
-        off, on = phases.get(f"{clients}/off", {}), phases.get(f"{clients}/on", {})
-        if off.get(key) and on.get(key) is not None:
-            found.append(on[key] / off[key])
+        off, other = phases.get(f"{clients}/off", {}), phases.get(f"{clients}/{mode}", {})
+        if off.get(key) and other.get(key) is not None:
+            found.append(other[key] / off[key])
     return found
 
 
 def table_rows(
     rounds: list[dict[str, Any]], clients: list[int], served: bool = False
 ) -> list[list[str]]:
-    """One row per (N, off/on); if ``served``, the server's and the load generator's CPU last."""
+    """A row per (N, off/on/ceiling); if ``served``, the server's and the load generator's CPU."""
     rows = []
     for count in clients:
-        for mode in MODES:
+        for mode in (*MODES, CEILING):
             phases = [r[f"{count}/{mode}"] for r in rounds if f"{count}/{mode}" in r]
             row = [
                 f"{count} / {mode}",
@@ -413,6 +434,7 @@ def ratio_rows(rounds: list[dict[str, Any]], clients: list[int]) -> list[list[st
             spread(ratios(rounds, count, "requests_per_second"), ".2f", "x"),
             spread(ratios(rounds, count, "p50_us"), ".2f", "x"),
             spread(ratios(rounds, count, "p99_us"), ".2f", "x"),
+            spread(ratios(rounds, count, "requests_per_second", CEILING), ".2f", "x"),
         ]
         for count in clients
     ]
@@ -438,9 +460,22 @@ def target_lines(rounds: list[dict[str, Any]], clients: list[int]) -> list[str]:
                 f"  {count} clients, {label} on/off {op} {bound:g}x: "
                 f"{'met' if met else 'MISSED'} (median {value:.3f}x)"
             )
+            if label == "throughput":
+                lines += ceiling_note(rounds, count, bound)
     failed = sum(p["failed_requests"] for phases in rounds for p in phases.values())
     lines.append(f"  no failed request: {'met' if failed == 0 else 'MISSED'} ({failed} failed)")
     return lines
+
+
+def ceiling_note(rounds: list[dict[str, Any]], clients: int, target: float) -> list[str]:
+    """A line if the ceiling's throughput over off's is under ``target``: out of reach."""
+    ceiling = ratios(rounds, clients, "requests_per_second", CEILING)
+    if not ceiling or statistics.median(ceiling) >= target:
+        return []
+    return [
+        f"    out of reach on this path: the ceiling served "
+        f"{statistics.median(ceiling):.2f}x off's requests/s"
+    ]
 
 
 def print_part(
@@ -458,7 +493,7 @@ def print_part(
     print()
     print(_harness.render_table(RATIO_HEADER, ratio_rows(rounds, clients)))
     print()
-    print("ratios: on over off of the same round, median over rounds (min-max)")
+    print("ratios: on (ceiling) over off of the same round, median over rounds (min-max)")
     print("targets:")
     print("\n".join(target_lines(rounds, clients)))
     errors = [e for r in rounds for p in r.values() for e in p["errors"]]
@@ -480,7 +515,9 @@ def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
         f"{args.num_batch_threads or 'the default (half the cores, at least 1)'}; off = none",
         f"rounds:   {args.rounds} per part, each measuring every phase for {args.seconds:g} s "
         f"after {args.warmup:g} s of warm-up, off and on of one N back to back, their order "
-        "alternating between rounds",
+        "alternating between rounds, then the ceiling",
+        f"ceiling:  the same path serving the MLP at {args.ceiling_units} units, batching off "
+        "(a call that costs next to nothing: about the most the path allows)",
     ]
     if "in-process" in args.parts:
         lines.append(
@@ -489,7 +526,7 @@ def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
         )
     if "serve" in args.parts:
         lines.append(
-            "serve:    two `lifecycle serve` processes on a model.export() SavedModel, on with "
+            "serve:    three `lifecycle serve` processes on model.export() SavedModels, on with "
             "--enable_batching; N Locust FastHttpUsers, no wait, batch-1 REST :predict"
         )
     return lines
@@ -580,6 +617,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--units", type=int, default=2048, help="hidden width (2048 gives 4.76M params)"
     )
     parser.add_argument(
+        "--ceiling-units",
+        type=int,
+        default=16,
+        help="hidden width of the ceiling's MLP (a call that costs next to nothing)",
+    )
+    parser.add_argument(
         "--batch-timeout-micros",
         type=int,
         default=0,
@@ -594,8 +637,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
     args = parser.parse_args(argv)
 
-    if args.seconds <= 0 or args.warmup < 0 or args.units < 1 or args.timeout <= 0:
-        parser.error("--seconds, --units and --timeout must be positive, --warmup not negative")
+    if min(args.seconds, args.units, args.ceiling_units, args.timeout) <= 0 or args.warmup < 0:
+        parser.error(
+            "--seconds, --units, --ceiling-units and --timeout must be positive, "
+            "--warmup not negative"
+        )
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
     if args.num_batch_threads is not None and args.num_batch_threads < 1:

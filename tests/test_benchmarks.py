@@ -322,6 +322,35 @@ def test_the_serving_call_benchmark_compares_each_way_with_tf_function(load_scri
     module._harness.render_table(module.HEADER, list(rows.values()))
 
 
+def test_the_batching_benchmark_says_when_the_ceiling_puts_a_target_out_of_reach(load_script):
+    module = load_script("batching.py")
+
+    def phase(requests_per_second: float, p50_us: float) -> dict:
+        return {"requests_per_second": requests_per_second, "p50_us": p50_us, "p99_us": 2 * p50_us}
+
+    rounds = [
+        {"16/off": phase(100, 900), "16/on": phase(150, 600), "16/ceiling": phase(180, 500)},
+        {"16/off": phase(200, 900), "16/on": phase(280, 600), "16/ceiling": phase(400, 500)},
+    ]
+    [row] = module.ratio_rows(rounds, [16])
+    assert row == ["16", "1.45x (1.40-1.50x)", "0.67x (0.67-0.67x)", "0.67x (0.67-0.67x)",
+                   "1.90x (1.80-2.00x)"]  # fmt: skip
+    lines = module.target_lines(
+        [{k: {**v, "failed_requests": 0} for k, v in r.items()} for r in rounds], [16]
+    )
+    assert lines[:3] == [
+        "  16 clients, throughput on/off >= 2.5x: MISSED (median 1.450x)",
+        "    out of reach on this path: the ceiling served 1.90x off's requests/s",
+        "  16 clients, p50 on/off <= 1.2x: met (median 0.667x)",
+    ]
+    # A ceiling above the target says nothing more.
+    rounds[0]["16/ceiling"] = rounds[1]["16/ceiling"] = phase(1000, 100)
+    lines = module.target_lines(
+        [{k: {**v, "failed_requests": 0} for k, v in r.items()} for r in rounds], [16]
+    )
+    assert not any("out of reach" in line for line in lines)
+
+
 def test_the_checkpoint_benchmark_compares_each_operation_with_plain(load_script):
     module = load_script("checkpoints.py")
     times = {name: [0.010, 0.020] for name in module.OPERATIONS}
