@@ -1,6 +1,6 @@
 """Server benchmark: ``lifecycle serve`` against a hand-written endpoint, and under swaps.
 
-Three HTTP servers serve the same model, a Keras 3 SavedModel written by
+Four HTTP servers serve the same model, a Keras 3 SavedModel written by
 ``model.export()`` (the MLP of ``hot_swap.py``: Input(256) -> Dense(units,
 relu) -> Dense(units, relu) -> Dense(16); ``--units 2048`` gives 4.76M params,
 18.1 MiB of weights), each in a process of its own on 127.0.0.1:
@@ -15,6 +15,11 @@ relu) -> Dense(units, relu) -> Dense(16); ``--units 2048`` gives 4.76M params,
     (c) swapping     the same with ``--file_system_poll_wait_seconds``
                      (``--poll-wait``), while a new version directory appears
                      every ``--swap-every`` seconds during (c)'s load phases.
+    (d) pure Python  (b) on uvicorn's pure-Python HTTP stack, h11 and
+                     asyncio's own loop: the server's ``PYTHONPATH`` starts
+                     with modules ``httptools`` and ``uvloop`` that raise
+                     ImportError, as if the ``serve`` extra had not installed
+                     them. (b)/(d) is what they are worth.
 
 Every request is the same TensorFlow Serving REST call, batch 1:
 ``POST /v1/models/mlp:predict`` with ``{"instances": [[256 floats]]}``, answered
@@ -26,15 +31,15 @@ child records each request's exact time from Locust's ``request`` event and
 computes the percentiles itself. A request fails if it raises or its status is
 not 200; every failure counts, in the warm-up too.
 
-The three servers start once and stay up. The run is ``--rounds`` rounds; each
+The four servers start once and stay up. The run is ``--rounds`` rounds; each
 round runs one load phase per server (``--warmup`` seconds, then ``--seconds``
-measured), in an order that rotates from round to round (a b c, b c a, c a b,
+measured), in an order that rotates from round to round (a b c d, b c d a,
 ...) so that no server always runs first or right after the swaps. A
 request counts in a phase if it completes within the measured window. The
 table gives, per server, the median over the rounds of requests/s, p50 and
 p99, with their spread (min-max), and the server's CPU time per request
 (psutil, over the measured window); the ratios (b)/(a) and (c)/(b) are taken
-per round, then their median and spread reported.
+per round, then their median and spread reported; (b)/(d) too, without a target.
 
 Swaps. During each of (c)'s measured windows, the parent copies version 1's
 directory to ``<base>/.tmp-N`` and renames it to ``<base>/N`` every
@@ -64,7 +69,7 @@ Needs the server's and the load generator's extras::
 
 Run (from the repository root)::
 
-    python benchmarks/serve.py         # 5 rounds of 3 x (2 + 20) s, then >= 50 swaps: ~9 min
+    python benchmarks/serve.py         # 5 rounds of 4 x (2 + 20) s, then >= 50 swaps: ~11 min
     python benchmarks/serve.py --clients 8 --units 512
     # a quick look, ~1 min:
     python benchmarks/serve.py --rounds 1 --seconds 4 --units 64 --swap-every 1 --min-swaps 0
@@ -101,12 +106,15 @@ if TYPE_CHECKING:
 MODEL_NAME = "mlp"
 PREDICT_PATH = f"/v1/models/{MODEL_NAME}:predict"
 STATUS_PATH = f"/v1/models/{MODEL_NAME}"
-VARIANTS = ("a", "b", "c")
+VARIANTS = ("a", "b", "c", "d")
 LABELS = {
     "a": "(a) hand-written Starlette + tf.function",
     "b": "(b) lifecycle serve, steady",
     "c": "(c) lifecycle serve + new versions",
+    "d": "(d) lifecycle serve on h11 + asyncio",
 }
+# What (d)'s server finds first on its path instead of the serve extra's C HTTP stack.
+PURE_PYTHON_HTTP = ("httptools", "uvloop")
 # Roles of a child process (the hidden --variant).
 ROLES = ("export", "handwritten", "load")
 
@@ -356,15 +364,31 @@ def start_server(
     extra: Sequence[str] = (),
 ) -> Server:
     log = logs / f"server-{variant}.log"
+    env = child_environment()
+    if variant == "d":
+        env["PYTHONPATH"] = os.pathsep.join([str(pure_python_http(logs)), env["PYTHONPATH"]])
     with log.open("wb") as out:
         process = subprocess.Popen(
             server_command(variant, port, model, base, poll_wait, extra),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=child_environment(),
+            env=env,
         )
     return Server(variant, process, port, log)
+
+
+def pure_python_http(parent: Path) -> Path:
+    """A directory of modules named as :data:`PURE_PYTHON_HTTP` that raise ImportError.
+
+    First on a server's path, they make uvicorn pick h11 and asyncio's loop.
+    """
+    directory = parent / "pure-python-http"
+    directory.mkdir(exist_ok=True)
+    for name in PURE_PYTHON_HTTP:
+        message = f"{name} is left out by benchmarks/serve.py's variant (d)"
+        (directory / f"{name}.py").write_text(f"raise ImportError({message!r})\n")
+    return directory
 
 
 def post_predict(url: str, timeout: float = 10.0) -> int:
@@ -694,6 +718,13 @@ def target_rows(
         [name, value, target, "-" if ok is None else ("yes" if ok else "NO")]
         for name, value, target, ok in checks
     ]
+    # What the serve extra's C HTTP stack is worth: no target.
+    for key, label in (
+        ("requests_per_second", "requests/s"),
+        ("server_cpu_ms_per_request", "server CPU ms/request"),
+    ):
+        ratios = per_round_ratios(results, key, "b", "d")
+        rows.append([f"(b)/(d) {label}", _harness.fmt_spread(ratios, ".2f", "x"), "-", "-"])
     return rows, all(ok is True for *_, ok in checks)
 
 
@@ -736,7 +767,7 @@ def describe_run(args: argparse.Namespace, params: int, load_start: str) -> list
         f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params "
         f"({params * 4 / MIB:.1f} MiB), Keras model.export() SavedModel; batch-1 "
         f"TF Serving REST predict, {args.clients} Locust FastHttpUsers with no wait",
-        f"rounds:   {args.rounds} x (a, b, c) in rotating order, each phase {args.warmup:g} s "
+        f"rounds:   {args.rounds} x (a, b, c, d) in rotating order, each phase {args.warmup:g} s "
         f"warm-up + {args.seconds:g} s measured",
         f"versions: (c) polls its base path every {args.poll_wait:g} s; a new version directory "
         f"every {args.swap_every:g} s during (c)'s measured windows",
@@ -759,8 +790,19 @@ def extra_note(extra: list[dict[str, Any]], min_swaps: int) -> list[str]:
     ]
 
 
+def c_http_modules(process: psutil.Process) -> list[str]:
+    """Which of :data:`PURE_PYTHON_HTTP`'s C modules the server process has mapped."""
+    paths = [region.path for region in process.memory_maps()]
+    return [name for name in PURE_PYTHON_HTTP if any(f"/{name}/" in path for path in paths)]
+
+
 def print_run_report(
-    args: argparse.Namespace, params: int, load_start: str, run: Run, idle_rss: dict[str, int]
+    args: argparse.Namespace,
+    params: int,
+    load_start: str,
+    run: Run,
+    idle_rss: dict[str, int],
+    stacks: dict[str, list[str]],
 ) -> None:
     ratio_rows, all_met = target_rows(run.results, run.extra, run.writer.swaps)
     print("\n".join(describe_run(args, params, load_start)))
@@ -790,6 +832,10 @@ def print_run_report(
     print(
         "server RSS at the end, MiB: "
         + ", ".join(f"({v}) {idle_rss[v] / MIB:.0f}" for v in VARIANTS if v in idle_rss)
+    )
+    print(
+        "C HTTP modules loaded: "
+        + "; ".join(f"({v}) {', '.join(stacks[v]) or 'none'}" for v in VARIANTS if v in stacks)
     )
     print(f"load average at the end: {load_average()}")
     for note in error_notes({**run.results, "c": run.results["c"] + run.extra}):
@@ -832,7 +878,7 @@ def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> list[Serv
     )
     if exported.result is None:
         raise RuntimeError(f"exporting the model failed: {exported.error}")
-    for variant in ("b", "c"):
+    for variant in ("b", "c", "d"):
         shutil.copytree(template, work / f"base-{variant}" / "1")
     ports = free_ports(len(VARIANTS))
     return [
@@ -870,7 +916,8 @@ def run_parent(args: argparse.Namespace) -> int:
             print(f"extra (c) phase: {under_load} swaps so far ...", file=sys.stderr, flush=True)
             run.extra.append(run.phase(by_variant["c"], args, logs))
         idle_rss = {s.variant: psutil.Process(s.process.pid).memory_info().rss for s in servers}
-        print_run_report(args, mlp_params(args.units), load_start, run, idle_rss)
+        stacks = {s.variant: c_http_modules(psutil.Process(s.process.pid)) for s in servers}
+        print_run_report(args, mlp_params(args.units), load_start, run, idle_rss, stacks)
         failed = False
         return 0
     except RuntimeError as error:
@@ -898,7 +945,7 @@ def run_child(role: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _harness.argument_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of (a, b, c) load phases")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of (a, b, c, d) load phases")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per phase")
     parser.add_argument(
         "--warmup", type=float, default=2.0, help="unmeasured seconds of load before each phase"

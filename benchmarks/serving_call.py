@@ -17,6 +17,11 @@ server's requests), called back to back from one thread, each way:
                             binding
     registry.predict        ``registry.predict(name, x)``: a lease, the version's
                             serving function, the lease returned
+    registry.predict, batched
+                            the same to a version loaded with request batching
+                            (``max_batch_size`` 32, allowed sizes 1 to 32): what
+                            batching costs a lone caller, which leads its own
+                            batch of one
 
 Rounds: all in one process, every way ``--calls`` calls per round after a warm-up
 round, the order rotating between rounds. Each way's time per call is compared
@@ -50,6 +55,7 @@ WAYS = (
     "concrete function",
     "lc.serving_function",
     "registry.predict",
+    "registry.predict, batched",
 )
 REFERENCE = "tf.function"
 # The path serving functions took before their fast path.
@@ -83,6 +89,7 @@ def measure(args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
 
     x = np.random.default_rng(0).standard_normal((args.batch, 256)).astype("float32")
     spec = tf.TensorSpec([None, 256], tf.float32)
+    policy = lc.BatchingPolicy(max_batch_size=32, allowed_batch_sizes=(1, 2, 4, 8, 16, 32))
     times: dict[int, dict[str, list[float]]] = {}
     with lc.ModelRegistry(name="bench") as registry:
         for units in args.units:
@@ -91,12 +98,16 @@ def measure(args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
             concrete = function.get_concrete_function()
             served = lc.serving_function(model, spec)
             registry.load("mlp", units, lambda u=units: build(u), warmup=x)
+            registry.load("batched", units, lambda u=units: build(u), warmup=x, batching=policy)
             ways: dict[str, Callable[[], object]] = {
                 "eager model(x)": lambda m=model: m(x, training=False),
                 "tf.function": lambda f=function: f(x),
                 "concrete function": lambda c=concrete: c(x),
                 "lc.serving_function": lambda s=served: s(x),
                 "registry.predict": lambda u=units: registry.predict("mlp", x, version=u),
+                "registry.predict, batched": lambda u=units: registry.predict(
+                    "batched", x, version=u
+                ),
             }
             times[units] = {way: [] for way in WAYS}
             for round_ in range(args.rounds + 1):  # round 0 warms up
@@ -108,6 +119,7 @@ def measure(args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
                     if round_:
                         times[units][way].append((time.perf_counter() - started) / args.calls)
             registry.unload("mlp", units, wait=True)
+            registry.unload("batched", units, wait=True)
             del served, concrete, function
             model.dispose()
     return times

@@ -470,11 +470,20 @@ def test_serve_benchmark_compares_the_servers_and_swaps_without_failed_requests(
         *("--units", "32", "--swap-every", "1", "--poll-wait", "0.5", "--min-swaps", "0"),
     )
     rows = {line.split("  ")[0]: line.split() for line in lines if line.startswith("(")}
-    for label in ("(a) hand-written", "(b) lifecycle serve, steady", "(c) lifecycle serve +"):
+    for label in (
+        "(a) hand-written",
+        "(b) lifecycle serve, steady",
+        "(c) lifecycle serve +",
+        "(d) lifecycle serve on h11",
+    ):
         row = next((r for name, r in rows.items() if name.startswith(label)), None)
         assert row is not None, lines
         assert row[-1] == "0" and int(row[-2].replace(",", "")) > 0, row  # 0 failed of > 0
     assert rows["(b)/(a) requests/s"][2].endswith("x")
+    assert rows["(b)/(d) requests/s"][2].endswith("x")
+    # (d) runs without the serve extra's C HTTP stack, the others with it.
+    stack = "httptools, uvloop"
+    assert f"C HTTP modules loaded: (a) {stack}; (b) {stack}; (c) {stack}; (d) none" in lines
     swaps = next(line for line in lines if line.startswith("swaps: "))
     assert int(swaps.split()[1]) > 0, swaps
 
@@ -567,6 +576,7 @@ def test_serving_call_benchmark_times_every_way_against_tf_function():
         "concrete function",
         "lc.serving_function",
         "registry.predict",
+        "registry.predict, batched",
     }
     assert rows["tf.function"][3] == rows["concrete function"][4] == "1.00x (1.00-1.00)"
     for row in rows.values():
