@@ -105,7 +105,7 @@ from hot_swap import INPUT_DIM, OUTPUTS, RequestThreads, build_mlp, mlp_params, 
 # The order of off and on in a round; rounds alternate between the two.
 VARIANTS = ("off-first", "on-first")
 MODES = ("off", "on")
-# The same path with a model that costs next to nothing, batching off: measured after
+# The same path with a model that costs next to nothing, batched as on: measured after
 # off and on of each N.
 CEILING = "ceiling"
 PARTS = ("in-process", "serve")
@@ -129,6 +129,11 @@ ADMIN_STATUS_PATH = f"/v1/admin/models/{serve.MODEL_NAME}"
 
 
 # --------------------------------------------------------------------------- child
+
+
+def round_modes(off_first: bool) -> tuple[str, ...]:
+    """The order of one N's phases in a round: off and on (alternating), then the ceiling."""
+    return (*(MODES if off_first else MODES[::-1]), CEILING)
 
 
 def measure_phase(
@@ -200,7 +205,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     registry.load(
         CEILING, 1, lambda: build_mlp(args.ceiling_units), warmup=request, batching=policy
     )
-    modes = (*(MODES if variant == "off-first" else MODES[::-1]), CEILING)
+    modes = round_modes(variant == "off-first")
     phases: dict[str, dict[str, Any]] = {}
     try:
         for clients in args.clients:
@@ -365,7 +370,7 @@ def run_serve_rounds(args: argparse.Namespace) -> tuple[list[dict[str, Any]], st
             phases: dict[str, Any] = {}
             rounds.append(phases)
             for clients in args.clients:
-                for mode in (*(MODES if index % 2 == 0 else MODES[::-1]), CEILING):
+                for mode in round_modes(index % 2 == 0):
                     print(
                         f"serve round {index + 1}/{args.rounds}: {clients} / {mode} ...",
                         file=sys.stderr,
@@ -473,12 +478,10 @@ def target_lines(rounds: list[dict[str, Any]], clients: list[int]) -> list[str]:
 def ceiling_note(rounds: list[dict[str, Any]], clients: int, target: float) -> list[str]:
     """A line if the ceiling's throughput over off's is under ``target``: out of reach."""
     ceiling = ratios(rounds, clients, "requests_per_second", CEILING)
-    if not ceiling or statistics.median(ceiling) >= target:
+    median = statistics.median(ceiling) if ceiling else None
+    if median is None or median >= target:
         return []
-    return [
-        f"    out of reach on this path: the ceiling served "
-        f"{statistics.median(ceiling):.2f}x off's requests/s"
-    ]
+    return [f"    out of reach on this path: the ceiling served {median:.2f}x off's requests/s"]
 
 
 def print_part(
