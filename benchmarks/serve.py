@@ -135,11 +135,12 @@ STOP_TIMEOUT = 10.0
 STOP_WAIT = 20.0
 # Error messages kept per load phase (every failure is counted).
 ERRORS_KEPT = 5
-# The uvicorn settings of `lifecycle serve` (lifecycle/server/_app.py, serve()).
+# The uvicorn settings of `lifecycle serve` (lifecycle/server/_app.py, uvicorn_config()).
 UVICORN_SETTINGS: dict[str, Any] = {
     "lifespan": "on",
     "timeout_graceful_shutdown": 10.0,
     "log_level": "info",
+    "access_log": False,
 }
 TARGETS = {
     "throughput": 0.95,  # (b)/(a) requests/s, at least
