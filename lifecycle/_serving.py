@@ -161,12 +161,15 @@ class ServingFunction:
 class Leaf:
     """One input of a serving signature, as the fast path checks it."""
 
-    __slots__ = ("dims", "dtype", "numpy_dtype")
+    __slots__ = ("dims", "dtype", "numpy_dtype", "rest")
 
     def __init__(self, dtype: tf.DType, numpy_dtype: Any, dims: tuple[int | None, ...]) -> None:
         self.dtype = dtype
         self.numpy_dtype = numpy_dtype
         self.dims = dims
+        # The dims after the first when all are known (the usual batch signature), else None.
+        rest = dims[1:]
+        self.rest = rest if dims and None not in rest else None
 
     @classmethod
     def of(cls, spec: tf.TensorSpec) -> Leaf:
@@ -181,6 +184,12 @@ class Leaf:
         ``TensorShape.is_compatible_with`` says the same, at several times the cost.
         """
         dims = self.dims
+        if self.rest is not None and type(shape) is tuple:  # one comparison, in C
+            return (
+                len(shape) == len(dims)
+                and shape[1:] == self.rest
+                and (dims[0] is None or dims[0] == shape[0])
+            )
         return len(shape) == len(dims) and all(
             want is None or want == got for want, got in zip(dims, shape, strict=True)
         )

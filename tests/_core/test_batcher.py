@@ -118,6 +118,67 @@ def test_the_timeout_waits_for_a_fuller_batch():
     assert len(run.batches) < 4
 
 
+def test_callers_in_a_loop_come_back_to_one_full_batch():
+    # Each client works 20 ms between its requests, longer than a batch runs:
+    # without the return wait, the callers one batch served are still away when
+    # the next batch is taken, and batches of 1 and 3 take turns.
+    run = Recorder(delay=0.01)
+    batcher = Batcher(run, BatchingPolicy(max_batch_size=8, return_wait=100.0))  # <= 1 s
+    start = threading.Barrier(4)
+
+    def client(c: int) -> None:
+        start.wait()
+        for j in range(6):
+            assert batcher.submit([c, j], 2, "k") == [2 * c, 2 * j]
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    sizes = batcher.statistics().sizes
+    assert sum(n * count for n, count in sizes.items()) == 24
+    assert sizes.get(4, 0) >= 4, sizes  # after the first two, every batch holds all four
+
+
+def test_a_lone_caller_never_waits_for_a_caller_to_return():
+    run = Recorder(delay=0.05)
+    batcher = Batcher(run, BatchingPolicy(max_batch_size=8, return_wait=20.0))  # <= 1 s
+    for i in range(3):
+        started = time.perf_counter()
+        assert batcher.submit([i], 1, "k") == [2 * i]
+        assert time.perf_counter() - started < 0.5  # it is the only caller returning
+
+
+def test_callers_that_do_not_return_are_waited_for_at_most_return_wait_runs():
+    run = Recorder(delay=0.1)
+    batcher = Batcher(run, BatchingPolicy(max_batch_size=8, return_wait=2.0))
+    outcomes: dict[int, object] = {}
+
+    def call(row: int) -> None:
+        outcomes[row] = batcher.submit([row], 1, "k")
+
+    leader = threading.Thread(target=call, args=(1,))
+    leader.start()
+    while not run.batches:  # the leader's batch runs for 0.1 s
+        time.sleep(0.001)
+    queued = [threading.Thread(target=call, args=(row,)) for row in (2, 3)]
+    for thread in queued:
+        thread.start()
+    for thread in [leader, *queued]:
+        thread.join(timeout=30)
+    assert outcomes == {1: [2], 2: [4], 3: [6]}
+    assert [items for items, _, _ in run.batches] == [[[1]], [[2], [3]]]
+    # Rows 2 and 3 were served together and their threads ended: a new caller
+    # waits for one of them (up to 2 x the 0.1 s batch), then runs alone.
+    started = time.perf_counter()
+    assert batcher.submit([4], 1, "k") == [8]
+    assert 0.25 <= time.perf_counter() - started < 3.0
+    assert [items for items, _, _ in run.batches][-1] == [[4]]
+
+
 def test_many_threads_many_rounds_never_lose_or_mix_a_request():
     run = Recorder()
     batcher = Batcher(run, BatchingPolicy(max_batch_size=5))
@@ -180,6 +241,10 @@ def test_a_full_queue_refuses_a_request_at_once_and_counts_it():
         ({"batch_timeout_micros": -1}, "`batch_timeout_micros` must be an integer >= 0"),
         ({"allowed_batch_sizes": (4, 2, 8), "max_batch_size": 8}, "strictly ascending"),
         ({"allowed_batch_sizes": (2, 4)}, "must be `max_batch_size` (32)"),
+        ({"return_wait": -0.5}, "`return_wait` must be a finite number >= 0"),
+        ({"return_wait": float("nan")}, "`return_wait` must be a finite number >= 0"),
+        ({"return_wait": float("inf")}, "`return_wait` must be a finite number >= 0"),
+        ({"return_wait": True}, "`return_wait` must be a finite number >= 0"),
     ],
 )
 def test_bad_policies_are_refused(kwargs, fragment):
