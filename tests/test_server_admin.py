@@ -461,6 +461,11 @@ def test_batching_merges_concurrent_requests_and_reports_it(tmp_path):
         enable_batching=True, num_batch_threads=1, max_enqueued_batches=4, max_batch_size=8
     )
     assert config.batching == lc.BatchingPolicy(8, num_batch_threads=1, max_enqueued_batches=4)
+    assert config.batching.return_wait == 1.0  # the adaptive wait by default
+    config = ServerConfig.from_flags(enable_batching=True, batch_return_wait=0)
+    assert config.batching == lc.BatchingPolicy(return_wait=0.0)
+    with pytest.raises(ValueError, match="--batch_return_wait must be a finite number >= 0"):
+        ServerConfig.from_flags(enable_batching=True, batch_return_wait=-1.0)
 
 
 BATCHING_FILE = """
@@ -491,6 +496,13 @@ def test_a_tensorflow_serving_batching_parameters_file_is_read_as_is(tmp_path):
     config = ServerConfig.from_flags(enable_batching=True, batching_parameters_file=str(path))
     assert config.batching == lc.BatchingPolicy(1000, 0, (1000,), max_enqueued_batches=10)
     assert ServerConfig.from_flags(batching_parameters_file=str(path)).batching is None
+    # Not a TensorFlow Serving parameter: --batch_return_wait goes with the file.
+    config = ServerConfig.from_flags(
+        enable_batching=True, batching_parameters_file=str(path), batch_return_wait=0.5
+    )
+    assert config.batching == lc.BatchingPolicy(
+        1000, 0, (1000,), max_enqueued_batches=10, return_wait=0.5
+    )
 
     for text, fragment in [
         ("max_batch_size: 16", "does not parse"),

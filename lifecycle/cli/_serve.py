@@ -129,6 +129,13 @@ def serve(
         help="With --enable_batching: batches that may wait; a request beyond them is "
         "answered 503 UNAVAILABLE at once (default: no limit).",
     ),
+    batch_return_wait: float = typer.Option(
+        None,
+        "--batch_return_wait",
+        help="With --enable_batching: how long a batch that is not full waits for the "
+        "callers the previous batch served to send their next request, as a fraction of "
+        "that batch's run; 0: never (default: 1.0). Also with --batching_parameters_file.",
+    ),
     tensorflow_session_parallelism: int = typer.Option(
         0,
         "--tensorflow_session_parallelism",
@@ -212,6 +219,7 @@ def serve(
             allowed_batch_sizes=allowed_batch_sizes,
             num_batch_threads=num_batch_threads,
             max_enqueued_batches=max_enqueued_batches,
+            batch_return_wait=batch_return_wait,
             tensorflow_session_parallelism=tensorflow_session_parallelism,
             tensorflow_intra_op_parallelism=tensorflow_intra_op_parallelism,
             tensorflow_inter_op_parallelism=tensorflow_inter_op_parallelism,

@@ -175,7 +175,8 @@ class ServerConfig:
             (``--enable_batching`` with ``--batching_parameters_file`` or
             ``--max_batch_size``, ``--batch_timeout_micros``,
             ``--allowed_batch_sizes``, ``--num_batch_threads``,
-            ``--max_enqueued_batches``); ``None``: one model call per request.
+            ``--max_enqueued_batches``, and ``--batch_return_wait`` with either);
+            ``None``: one model call per request.
         intra_op_parallelism: Threads one TensorFlow op may use
             (``--tensorflow_intra_op_parallelism``); 0: TensorFlow's choice.
             Set when the server starts, before TensorFlow runs an op.
@@ -291,6 +292,7 @@ class ServerConfig:
         allowed_batch_sizes: str | Sequence[int] | None = None,
         num_batch_threads: int | None = None,
         max_enqueued_batches: int | None = None,
+        batch_return_wait: float | None = None,
         tensorflow_session_parallelism: int = 0,
         tensorflow_intra_op_parallelism: int = 0,
         tensorflow_inter_op_parallelism: int = 0,
@@ -366,6 +368,7 @@ class ServerConfig:
                     "num_batch_threads": num_batch_threads,
                     "max_enqueued_batches": max_enqueued_batches,
                 },
+                batch_return_wait,
             ),
             **_parallelism(
                 tensorflow_session_parallelism,
@@ -375,8 +378,14 @@ class ServerConfig:
         )
 
 
-def _batching(enabled: bool, path: str | None, flags: dict[str, Any]) -> BatchingPolicy | None:
-    """The batching policy of the batching file or flags, or None without ``--enable_batching``."""
+def _batching(
+    enabled: bool, path: str | None, flags: dict[str, Any], return_wait: float | None
+) -> BatchingPolicy | None:
+    """The batching policy of the batching file or flags, or None without ``--enable_batching``.
+
+    ``--batch_return_wait`` (``return_wait``) is not a TensorFlow Serving
+    parameter, so it combines with the file as well as with the flags.
+    """
     given = {name: value for name, value in flags.items() if value is not None}
     if path is not None and given:
         named = ", ".join(f"--{name}" for name in given)
@@ -385,8 +394,7 @@ def _batching(enabled: bool, path: str | None, flags: dict[str, Any]) -> Batchin
         )
     if not enabled:
         return None
-    if path is not None:
-        return read_batching_parameters(path)
+    wait = {} if return_wait is None else {"return_wait": return_wait}
     allowed = given.get("allowed_batch_sizes", ())
     if isinstance(allowed, str):
         try:
@@ -396,9 +404,11 @@ def _batching(enabled: bool, path: str | None, flags: dict[str, Any]) -> Batchin
                 f"--allowed_batch_sizes takes comma-separated integers. Received: {allowed!r}"
             ) from None
     try:
-        return BatchingPolicy(**given)
+        if path is not None:
+            return attrs.evolve(read_batching_parameters(path), **wait)
+        return BatchingPolicy(**given, **wait)
     except ValueError as error:
-        message = str(error)
+        message = str(error).replace("`return_wait`", "--batch_return_wait")
         for name in flags:
             message = message.replace(f"`{name}`", f"--{name}")
         raise ValueError(message) from None
