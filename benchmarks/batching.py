@@ -6,8 +6,9 @@ the served MLP of ``hot_swap.py`` (Input(256) -> Dense(units, relu) ->
 Dense(units, relu) -> Dense(16), no optimizer; ``--units 2048`` gives 4.76M
 params). Batching *on* is ``max_batch_size=32``, padded up to
 ``--allowed-batch-sizes`` (1,2,4,8,16,32; ``""`` for no padding), no batch
-timeout unless ``--batch-timeout-micros``, ``num_batch_threads`` the policy's
-default unless ``--num-batch-threads``; *off* is no batching.
+timeout unless ``--batch-timeout-micros``, ``num_batch_threads`` and
+``return_wait`` the policy's defaults unless ``--num-batch-threads`` and
+``--return-wait`` (``--return-wait 0``: no adaptive wait); *off* is no batching.
 
 in-process
     The MLP is loaded twice into one ``lc.ModelRegistry``: once plainly (*off*)
@@ -189,6 +190,8 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     threads = (
         {} if args.num_batch_threads is None else {"num_batch_threads": args.num_batch_threads}
     )
+    if args.return_wait is not None:
+        threads["return_wait"] = args.return_wait
     policy = lc.BatchingPolicy(
         max_batch_size=MAX_BATCH_SIZE,
         batch_timeout_micros=args.batch_timeout_micros,
@@ -231,6 +234,7 @@ def child_options(args: argparse.Namespace) -> list[str]:
             if args.num_batch_threads is None
             else ("--num-batch-threads", str(args.num_batch_threads))
         ),
+        *(() if args.return_wait is None else ("--return-wait", str(args.return_wait))),
     ]
 
 
@@ -261,6 +265,8 @@ def server_flags(mode: str, args: argparse.Namespace) -> list[str]:
             flags += ["--num_batch_threads", str(args.num_batch_threads)]
         if args.batch_timeout_micros:
             flags += ["--batch_timeout_micros", str(args.batch_timeout_micros)]
+        if args.return_wait is not None:
+            flags += ["--batch_return_wait", str(args.return_wait)]
     return flags
 
 
@@ -518,7 +524,8 @@ def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
         f"batching: on = max_batch_size {MAX_BATCH_SIZE}, allowed batch sizes "
         f"{args.allowed_batch_sizes or 'none (no padding)'}, "
         f"{f'timeout {timeout} µs' if timeout else 'no timeout'}, num_batch_threads "
-        f"{args.num_batch_threads or 'the default (half the cores, at least 1)'}; off = none",
+        f"{args.num_batch_threads or 'the default (half the cores, at least 1)'}, return_wait "
+        f"{'the default (1.0)' if args.return_wait is None else args.return_wait}; off = none",
         f"rounds:   {args.rounds} per part, each measuring every phase for {args.seconds:g} s "
         f"after {args.warmup:g} s of warm-up, off and on of one N back to back, their order "
         "alternating between rounds, then the ceiling",
@@ -640,6 +647,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="the policy's num_batch_threads (default: the policy's, half the cores)",
     )
+    parser.add_argument(
+        "--return-wait",
+        type=float,
+        default=None,
+        help="the policy's return_wait (default: the policy's, 1.0); 0: no adaptive wait",
+    )
     _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
     args = parser.parse_args(argv)
 
@@ -654,6 +667,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--num-batch-threads must be 1 or more")
     if args.batch_timeout_micros < 0:
         parser.error("--batch-timeout-micros must not be negative")
+    if args.return_wait is not None and not 0 <= args.return_wait < float("inf"):
+        parser.error("--return-wait must be a finite number >= 0")
     args.clients = parse_counts(parser, "--clients", args.clients)
     sizes = parse_counts(parser, "--allowed-batch-sizes", args.allowed_batch_sizes, empty=True)
     if sizes and (sizes != sorted(sizes) or sizes[-1] != MAX_BATCH_SIZE):

@@ -552,8 +552,9 @@ def test_batching_benchmark_measures_off_and_on_in_process_and_served():
     lines = run_benchmark(
         "batching.py",
         *("--rounds", "1", "--seconds", "1", "--warmup", "0.5"),
-        *("--units", "256", "--clients", "1,4"),
+        *("--units", "256", "--clients", "1,4", "--return-wait", "0.5"),
     )
+    assert any(line.startswith("batching: ") and "return_wait 0.5;" in line for line in lines)
     served = lines.index("through lifecycle serve (TF Serving REST :predict):")
     in_process = lines.index("in-process (registry.predict):")
     assert in_process < served, lines
