@@ -266,8 +266,6 @@ class Batcher:
         with self._lock:
             if self._returning:
                 self._returning -= 1
-                if self._waiting:
-                    self._arrival.notify()
             lead = self._leaders < self.policy.num_batch_threads
             if lead:
                 self._leaders += 1
@@ -285,8 +283,8 @@ class Batcher:
                 done.acquire()
                 self._queue.append(request)
                 self._queued_rows += rows
-                if self._waiting:
-                    self._arrival.notify()
+            if self._waiting:  # a leader waits for this arrival, or for returning callers
+                self._arrival.notify()
         if not lead:
             done.acquire()  # until released by the batch's leader
             if not request.lead:

@@ -117,9 +117,9 @@ class BatchedServe:
         outputs = self.serve._call_fitting(merged)
         sizes = tuple(counts) + ((pad_to - total,) if pad_to > total else ())
         size_splits, axis = _split_arguments(sizes)
-        parts = len(sizes)
+        count = len(sizes)
         split = [
-            tf.raw_ops.SplitV(value=output, size_splits=size_splits, axis=axis, num_split=parts)
+            tf.raw_ops.SplitV(value=output, size_splits=size_splits, axis=axis, num_split=count)
             for output in tf.nest.flatten(outputs)
         ]
         return [

@@ -51,6 +51,25 @@ def run_concurrently(batcher: Batcher, requests: list[list[int]], kinds=None) ->
     return outcomes
 
 
+def lead_then_queue(batcher: Batcher, run: Recorder, call, rows) -> list[threading.Thread]:
+    """``call(1)`` leading a batch of its own, ``call(row)`` for ``rows`` queued behind it.
+
+    ``run`` must run a batch long enough for the others to queue. The threads, started.
+    """
+    leader = threading.Thread(target=call, args=(1,))
+    leader.start()
+    while not run.batches:  # the leader's batch runs
+        time.sleep(0.001)
+    queued = [threading.Thread(target=call, args=(row,)) for row in rows]
+    for thread in queued:
+        thread.start()
+    deadline = time.monotonic() + 5
+    while batcher._queued_rows < len(rows) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert run.batches == run.batches[:1], "the leader's batch ended before the others queued"
+    return [leader, *queued]
+
+
 def test_a_lone_caller_runs_at_once_on_its_own_thread():
     run = Recorder()
     batcher = Batcher(run, BatchingPolicy(max_batch_size=4))
@@ -153,29 +172,22 @@ def test_a_lone_caller_never_waits_for_a_caller_to_return():
 
 
 def test_callers_that_do_not_return_are_waited_for_at_most_return_wait_runs():
-    run = Recorder(delay=0.1)
-    batcher = Batcher(run, BatchingPolicy(max_batch_size=8, return_wait=2.0))
+    run = Recorder(delay=0.2)
+    batcher = Batcher(run, BatchingPolicy(max_batch_size=8, return_wait=1.5))
     outcomes: dict[int, object] = {}
 
     def call(row: int) -> None:
         outcomes[row] = batcher.submit([row], 1, "k")
 
-    leader = threading.Thread(target=call, args=(1,))
-    leader.start()
-    while not run.batches:  # the leader's batch runs for 0.1 s
-        time.sleep(0.001)
-    queued = [threading.Thread(target=call, args=(row,)) for row in (2, 3)]
-    for thread in queued:
-        thread.start()
-    for thread in [leader, *queued]:
+    for thread in lead_then_queue(batcher, run, call, (2, 3)):
         thread.join(timeout=30)
     assert outcomes == {1: [2], 2: [4], 3: [6]}
     assert [items for items, _, _ in run.batches] == [[[1]], [[2], [3]]]
     # Rows 2 and 3 were served together and their threads ended: a new caller
-    # waits for one of them (up to 2 x the 0.1 s batch), then runs alone.
+    # waits for one of them (up to 1.5 x the 0.2 s batch), then runs alone.
     started = time.perf_counter()
     assert batcher.submit([4], 1, "k") == [8]
-    assert 0.25 <= time.perf_counter() - started < 3.0
+    assert 0.45 <= time.perf_counter() - started < 3.0
     assert [items for items, _, _ in run.batches][-1] == [[4]]
 
 
@@ -208,22 +220,13 @@ def test_a_full_queue_refuses_a_request_at_once_and_counts_it():
     def call(row: int) -> None:
         outcomes[row] = batcher.submit([row], 1, "k")
 
-    leader = threading.Thread(target=call, args=(1,))
-    leader.start()
-    while not run.batches:  # the leader's batch runs for 0.5 s
-        time.sleep(0.001)
-    waiting = [threading.Thread(target=call, args=(row,)) for row in (2, 3)]
-    for thread in waiting:
-        thread.start()
-    deadline = time.monotonic() + 5
-    while batcher._queued_rows < 2 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    threads = lead_then_queue(batcher, run, call, (2, 3))  # the leader's batch runs 0.5 s
     started = time.perf_counter()
     with pytest.raises(lc.QueueFullError, match="2 rows are waiting") as caught:
         batcher.submit([4], 1, "k")  # one batch of 2 rows waits already: full
     assert time.perf_counter() - started < 0.25  # refused at once, not after the batch
     assert "max_enqueued_batches=1" in str(caught.value)
-    for thread in [leader, *waiting]:
+    for thread in threads:
         thread.join(timeout=30)
     assert outcomes == {1: [2], 2: [4], 3: [6]}
     assert [items for items, _, _ in run.batches] == [[[1]], [[2], [3]]]
