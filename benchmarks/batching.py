@@ -187,16 +187,14 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     import lifecycle as lc
 
     request = np.random.default_rng(0).standard_normal((1, INPUT_DIM), dtype=np.float32)
-    threads = (
-        {} if args.num_batch_threads is None else {"num_batch_threads": args.num_batch_threads}
-    )
-    if args.return_wait is not None:
-        threads["return_wait"] = args.return_wait
+    # The policy's defaults unless given.
+    given = {"num_batch_threads": args.num_batch_threads, "return_wait": args.return_wait}
+    options = {name: value for name, value in given.items() if value is not None}
     policy = lc.BatchingPolicy(
         max_batch_size=MAX_BATCH_SIZE,
         batch_timeout_micros=args.batch_timeout_micros,
         allowed_batch_sizes=args.allowed_batch_sizes,
-        **threads,
+        **options,
     )
     registry = lc.ModelRegistry(name="bench")
 
