@@ -262,13 +262,17 @@ class Batcher:
             QueueFullError: ``max_enqueued_batches`` batches are waiting already.
             Whatever ``run`` raised for this item run alone.
         """
-        request = _Request(item, rows, kind)
+        policy = self.policy
         with self._lock:
             if self._returning:
                 self._returning -= 1
-            lead = self._leaders < self.policy.num_batch_threads
+            lead = self._leaders < policy.num_batch_threads
             if lead:
                 self._leaders += 1
+                # No request to batch with and none to wait for: it runs alone, now.
+                alone = not (self._queue or self._returning or policy.batch_timeout_micros)
+                if not alone:
+                    request = _Request(item, rows, kind)
             else:
                 full = self._max_queued_rows
                 if full is not None and self._queued_rows + rows > full:
@@ -276,9 +280,10 @@ class Batcher:
                     raise QueueFullError(
                         "The batch scheduling queue to which this request was submitted is "
                         f"full: {self._queued_rows} rows are waiting, as many as "
-                        f"max_enqueued_batches={self.policy.max_enqueued_batches} batches of "
-                        f"max_batch_size={self.policy.max_batch_size} allow. Retry later."
+                        f"max_enqueued_batches={policy.max_enqueued_batches} batches of "
+                        f"max_batch_size={policy.max_batch_size} allow. Retry later."
                     )
+                request = _Request(item, rows, kind)
                 done = request.done = threading.Lock()
                 done.acquire()
                 self._queue.append(request)
@@ -289,6 +294,8 @@ class Batcher:
             done.acquire()  # until released by the batch's leader
             if not request.lead:
                 return request.outcome()
+        elif alone:
+            return self._serve_alone(item, rows)
         self._lead(request)
         return request.outcome()
 
@@ -314,15 +321,41 @@ class Batcher:
             self._serve(batch)
         finally:
             with self._lock:
-                if self._queue:
-                    successor = self._queue.popleft()
-                    self._queued_rows -= successor.rows
-                    successor.lead = True
-                    # Released here; its own batch must not release it again.
-                    done, successor.done = successor.done, None
-                    done.release()  # type: ignore[union-attr]
-                else:
-                    self._leaders -= 1
+                self._pass_lead()
+
+    def _pass_lead(self) -> None:
+        """Under the lock: a leader is done; the oldest request queued leads next."""
+        if self._queue:
+            successor = self._queue.popleft()
+            self._queued_rows -= successor.rows
+            successor.lead = True
+            # Released here; its own batch must not release it again.
+            done, successor.done = successor.done, None
+            done.release()  # type: ignore[union-attr]
+        else:
+            self._leaders -= 1
+
+    def _serve_alone(self, item: Any, rows: int) -> Any:
+        """Lead a batch of ``item`` alone, run at once: ``_lead`` and ``_serve`` for one.
+
+        The common case of a lone caller, which must not pay for batching, so
+        it makes no request, takes nothing from the queue and waits for nothing.
+        """
+        pad_to = self.policy.padded(rows)
+        started = time.perf_counter()
+        try:
+            return self._run([item], pad_to)[0]
+        finally:
+            ran = time.perf_counter() - started
+            with self._lock:
+                self._returning = 1
+                self._last_run = ran
+                self._batches += 1
+                self._requests += 1
+                self._rows += rows
+                self._padded += pad_to - rows
+                self._sizes[1] += 1
+                self._pass_lead()
 
     def _take(self, head: _Request) -> list[_Request]:
         """Under the lock: ``head``'s batch, waiting up to the timeout to fill it.

@@ -103,11 +103,11 @@ class BatchedServe:
 
     def _run(self, items: list[list[np.ndarray]], pad_to: int) -> list[Any]:
         """Serve ``items`` in one call of the serving function; each item's outputs."""
+        # The items' arrays were checked against the signature by _prepare.
+        if len(items) == 1 and pad_to == len(items[0][0]):
+            return [self.serve._call_fitting(items[0])]
         counts = [len(item[0]) for item in items]
         total = sum(counts)
-        # The items' arrays were checked against the signature by _prepare.
-        if len(items) == 1 and pad_to == total:
-            return [self.serve._call_fitting(items[0])]
         merged = []
         for parts in zip(*items, strict=True):
             batch = np.concatenate(parts) if len(parts) > 1 else parts[0]

@@ -79,6 +79,19 @@ def test_a_lone_caller_runs_at_once_on_its_own_thread():
     assert (stats.batches, stats.requests, stats.rows, stats.sizes) == (1, 1, 2, {1: 1})
 
 
+def test_a_lone_caller_whose_call_fails_gets_the_error_and_the_next_caller_leads():
+    run = Recorder(refuse=7)
+    batcher = Batcher(run, BatchingPolicy(max_batch_size=4, allowed_batch_sizes=(2, 4)))
+    with pytest.raises(ValueError, match="refused 7"):
+        batcher.submit([7], 1, "k")
+    # The failed call gave its lead back: the next caller leads at once, padded as ever.
+    assert batcher.submit([1], 1, "k") == [2]
+    assert [(items, pad_to) for items, pad_to, _ in run.batches] == [([[7]], 2), ([[1]], 2)]
+    stats = batcher.statistics()
+    assert (stats.batches, stats.requests, stats.padded_rows, stats.retried) == (2, 2, 2, 0)
+    assert batcher._leaders == 0
+
+
 def test_concurrent_callers_share_batches_and_each_gets_its_own_rows():
     run = Recorder(delay=0.05)  # batches form while one runs
     batcher = Batcher(run, BatchingPolicy(max_batch_size=6))
