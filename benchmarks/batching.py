@@ -15,21 +15,22 @@ in-process
     and once with ``batching=lc.BatchingPolicy(max_batch_size=32,
     allowed_batch_sizes=...)`` (*on*); the ceiling's MLP beside them, batched as *on*.
     N threads call
-    ``registry.predict(name, x)`` with one row back to back, first for
-    ``--warmup`` seconds unmeasured, then for ``--seconds`` seconds, each
-    request timed with ``time.perf_counter_ns``; every exception a request
-    raises counts as a failed request. For *on*, the mean requests per batch is
-    the change of the version's ``BatchingStatistics`` over the measured
-    seconds.
+    ``registry.predict(name, x)`` with one row back to back, each request
+    timed with ``time.perf_counter_ns``; every exception a request raises
+    counts as a failed request of the version it went to. For *on*, the mean
+    requests per batch is the change of the version's ``BatchingStatistics``
+    over its measured seconds.
 
-    Rounds: each of ``--rounds`` rounds is one child process that measures
-    every (N, off/on/ceiling) phase, off and on of one N back to back, with the
-    order of off and on alternating between rounds, then the ceiling. One child
-    per round rather than per phase: a phase only starts and joins threads,
-    while a child pays a TensorFlow import and three loads with warm-ups; with
-    all variants in one
-    child, off and on of one N run seconds apart and see nearly the same
-    machine.
+    Rounds: each of ``--rounds`` rounds is one child process that measures, for
+    each N, off, on and the ceiling in turns: the N threads stay up and switch
+    versions together, each version ``--slices`` times (8) for a slice of its
+    ``--seconds`` after the same share of ``--warmup`` unmeasured, the order of
+    the three reversed every other turn (off, on, ceiling, ceiling, on, off,
+    ...). The machine's speed drifts by more than batching changes a lone
+    caller's time within the seconds of a phase; measured in turns a fraction
+    of a second apart, off and on see the same machine, and the first round
+    starts with off, the next with on. One child per round rather than per
+    phase: a child pays a TensorFlow import and three loads with warm-ups.
 
 serve
     The MLP is written once by ``model.export()`` (a SavedModel) as version 1
@@ -53,14 +54,15 @@ serve
     the window are shown too (psutil, as in ``serve.py``).
     The servers stay up; each of ``--rounds`` rounds runs, per N, the *off* and
     the *on* phase back to back, in an order alternating between rounds, then
-    the ceiling's.
+    the ceiling's (a Locust child per phase: not in slices).
 
-Both parts also measure a *ceiling*, after the off and on phases of each N:
-the same path (the registry, or a third ``lifecycle serve`` process) serving
-the same MLP at ``--ceiling-units`` (16) wide, batched as *on*: a model whose
-call costs next to nothing, so its requests/s is about the most batching can
-reach on that path, where only the per-request costs (the HTTP exchange, the
-lease, the batcher) are left. A costlier model only lowers it, so on/off can
+Both parts also measure a *ceiling* for each N (in turns with off and on in
+process, after them through the server): the same path (the registry, or a
+third ``lifecycle serve`` process) serving the same MLP at
+``--ceiling-units`` (16) wide, batched as *on*: a model whose call costs next
+to nothing, so its requests/s is about the most batching can reach on that
+path, where only the per-request costs (the HTTP exchange, the lease, the
+batcher) are left. A costlier model only lowers it, so on/off can
 hardly exceed ceiling/off; where ceiling/off is under a target, the target
 is out of reach on that path and machine, whatever the batcher does.
 
@@ -137,47 +139,74 @@ def round_modes(off_first: bool) -> tuple[str, ...]:
     return (*(MODES if off_first else MODES[::-1]), CEILING)
 
 
-def measure_phase(
-    registry: Any, name: str, request: Any, clients: int, args: argparse.Namespace
-) -> dict[str, Any]:
-    """``clients`` threads calling ``registry.predict(name, request)``; what they saw."""
+def measure_modes(
+    registry: Any, modes: tuple[str, ...], request: Any, clients: int, args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
+    """``clients`` threads calling ``registry.predict`` on each of ``modes`` in turn; per mode.
+
+    The threads stay up; each mode's ``--seconds`` are measured in ``--slices``
+    slices, the modes taking turns slice by slice (their order reversed every
+    other turn), each slice after its share of ``--warmup`` unmeasured. So a
+    mode's figures and the next mode's are a fraction of a second apart, and
+    the machine's drift over the seconds of a phase falls on all modes alike.
+    """
     import numpy as np
 
-    def serve() -> object:
-        return registry.predict(name, request)
+    def serve(index: int) -> object:
+        return registry.predict(modes[index], request)
 
-    def batching() -> Any:
-        return registry.status(name)[0].batching
+    def batching(mode: str) -> Any:
+        return registry.status(mode)[0].batching
 
-    threads = RequestThreads(serve, clients)
+    threads = RequestThreads(serve, clients, by_phase=True)
+    seconds = dict.fromkeys(modes, 0.0)
+    # The change of each batched mode's counters over its measured slices.
+    counted = {mode: [0, 0, 0] for mode in modes}
+    threads.phase = 0
     threads.start()
-    time.sleep(args.warmup)
-    before = batching()
-    started = time.perf_counter()
-    threads.recording = True
-    time.sleep(args.seconds)
-    threads.recording = False
-    ended = time.perf_counter()
-    after = batching()
-    threads.stop()
+    try:
+        for turn in range(args.slices):
+            for mode in modes if turn % 2 == 0 else modes[::-1]:
+                threads.phase = modes.index(mode)
+                time.sleep(args.warmup / args.slices)
+                before = batching(mode)
+                started = time.perf_counter()
+                threads.recording = True
+                time.sleep(args.seconds / args.slices)
+                threads.recording = False
+                seconds[mode] += time.perf_counter() - started
+                after = batching(mode)
+                if after is not None:
+                    change = (
+                        after.batches - before.batches,
+                        after.requests - before.requests,
+                        after.padded_rows - before.padded_rows,
+                    )
+                    counted[mode] = [a + b for a, b in zip(counted[mode], change, strict=True)]
+    finally:
+        threads.stop()
 
     workers = threads.workers
     latencies = np.concatenate([np.frombuffer(w.latencies, dtype=np.int64) for w in workers])
-    result: dict[str, Any] = {
-        "requests_per_second": latencies.size / (ended - started),
-        **percentiles_us(latencies),
-        "failed_requests": sum(w.failures for w in workers),
-        "requests_total": sum(w.requests for w in workers),
-        "errors": [e for w in workers for e in w.errors][:5],
-    }
-    if after is not None:
-        batches = after.batches - before.batches
-        requests = after.requests - before.requests
-        result["requests_per_batch"] = requests / batches if batches else None
-        result["padded_rows_per_batch"] = (
-            (after.padded_rows - before.padded_rows) / batches if batches else None
-        )
-    return result
+    phases = np.concatenate([np.frombuffer(w.phases, dtype=np.int8) for w in workers])
+    failed = np.concatenate([np.frombuffer(w.failed_phases, dtype=np.int8) for w in workers])
+    results = {}
+    for index, mode in enumerate(modes):
+        mine = latencies[phases == index]
+        result: dict[str, Any] = {
+            "requests_per_second": mine.size / seconds[mode],
+            **percentiles_us(mine),
+            "failed_requests": int(np.count_nonzero(failed == index)),
+            "requests_total": sum(w.requests for w in workers),
+            # A worker's errors are not kept by mode: those of all, where this mode failed.
+            "errors": [e for w in workers for e in w.errors][:5] if (failed == index).any() else [],
+        }
+        batches, requests, padded = counted[mode]
+        if batching(mode) is not None:
+            result["requests_per_batch"] = requests / batches if batches else None
+            result["padded_rows_per_batch"] = padded / batches if batches else None
+        results[mode] = result
+    return results
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -210,8 +239,8 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     phases: dict[str, dict[str, Any]] = {}
     try:
         for clients in args.clients:
-            for mode in modes:
-                phases[f"{clients}/{mode}"] = measure_phase(registry, mode, request, clients, args)
+            measured = measure_modes(registry, modes, request, clients, args)
+            phases.update({f"{clients}/{mode}": result for mode, result in measured.items()})
     finally:
         registry.close()
     return {"variant": variant, "model_bytes": model_bytes, "phases": phases}
@@ -223,6 +252,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 def child_options(args: argparse.Namespace) -> list[str]:
     return [
         *("--seconds", str(args.seconds), "--warmup", str(args.warmup)),
+        *("--slices", str(args.slices)),
         *("--units", str(args.units), "--clients", ",".join(map(str, args.clients))),
         *("--ceiling-units", str(args.ceiling_units)),
         *("--allowed-batch-sizes", ",".join(map(str, args.allowed_batch_sizes))),
@@ -506,7 +536,7 @@ def print_part(
     print("ratios: on (ceiling) over off of the same round, median over rounds (min-max)")
     print("targets:")
     print("\n".join(target_lines(rounds, clients)))
-    errors = [e for r in rounds for p in r.values() for e in p["errors"]]
+    errors = list(dict.fromkeys(e for r in rounds for p in r.values() for e in p["errors"]))
     if errors:
         print(f"errors: {errors[:5]}")
 
@@ -524,21 +554,23 @@ def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
         f"{f'timeout {timeout} µs' if timeout else 'no timeout'}, num_batch_threads "
         f"{args.num_batch_threads or 'the default (half the cores, at least 1)'}, return_wait "
         f"{'the default (1.0)' if args.return_wait is None else args.return_wait}; off = none",
-        f"rounds:   {args.rounds} per part, each measuring every phase for {args.seconds:g} s "
-        f"after {args.warmup:g} s of warm-up, off and on of one N back to back, their order "
-        "alternating between rounds, then the ceiling",
+        f"rounds:   {args.rounds} per part, each measuring every phase (N, off/on/ceiling) for "
+        f"{args.seconds:g} s after {args.warmup:g} s of warm-up",
         f"ceiling:  the same path serving the MLP at {args.ceiling_units} units, batched as on "
         "(a call that costs next to nothing: about the most batching can reach there)",
     ]
     if "in-process" in args.parts:
         lines.append(
             "in-process: a child process per round; N threads calling registry.predict(name, x)"
-            "; on: BatchingPolicy(...), off: no policy"
+            "; on: BatchingPolicy(...), off: no policy; off, on and the ceiling of one N take "
+            f"turns in {args.slices} slices each ({args.seconds / args.slices:g} s measured "
+            f"after {args.warmup / args.slices:g} s), their order reversed every other turn"
         )
     if "serve" in args.parts:
         lines.append(
             "serve:    three `lifecycle serve` processes on model.export() SavedModels, on with "
-            "--enable_batching; N Locust FastHttpUsers, no wait, batch-1 REST :predict"
+            "--enable_batching; N Locust FastHttpUsers, no wait, batch-1 REST :predict; off and "
+            "on of one N back to back, their order alternating between rounds, then the ceiling"
         )
     return lines
 
@@ -617,6 +649,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, default=6, help="rounds of each part")
     parser.add_argument(
+        "--slices",
+        type=int,
+        default=8,
+        help="in-process: slices each phase is measured in, the modes taking turns",
+    )
+    parser.add_argument(
         "--clients", default="1,4,16", help="comma-separated numbers of client threads"
     )
     parser.add_argument(
@@ -659,8 +697,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "--seconds, --units, --ceiling-units and --timeout must be positive, "
             "--warmup not negative"
         )
-    if args.rounds < 1:
-        parser.error("--rounds must be 1 or more")
+    if args.rounds < 1 or args.slices < 1:
+        parser.error("--rounds and --slices must be 1 or more")
     if args.num_batch_threads is not None and args.num_batch_threads < 1:
         parser.error("--num-batch-threads must be 1 or more")
     if args.batch_timeout_micros < 0:

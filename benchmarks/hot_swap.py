@@ -199,6 +199,8 @@ class Worker:
     starts: array[int] = field(default_factory=lambda: array("q"))
     latencies: array[int] = field(default_factory=lambda: array("q"))
     phases: array[int] = field(default_factory=lambda: array("b"))
+    # The phase each failed request started in, measured or not.
+    failed_phases: array[int] = field(default_factory=lambda: array("b"))
     requests: int = 0
     failures: int = 0
     errors: list[str] = field(default_factory=list)
@@ -210,10 +212,13 @@ class RequestThreads:
     Every call is counted; it is measured (latency and the value of ``phase``
     when it started) only while ``recording`` is set when it starts. Every
     exception a call raises counts as a failed request, and the thread goes on.
+    With ``by_phase``, ``serve`` is called with that value of ``phase``, so a
+    call is made and measured under the same phase.
     """
 
-    def __init__(self, serve: Callable[[], object], count: int) -> None:
+    def __init__(self, serve: Callable[..., object], count: int, *, by_phase: bool = False) -> None:
         self.serve = serve
+        self.by_phase = by_phase
         self.recording = False
         self.phase = IDLE
         self.workers = [Worker() for _ in range(count)]
@@ -239,14 +244,17 @@ class RequestThreads:
 
     def _run(self, worker: Worker) -> None:
         serve, clock, stopped = self.serve, time.perf_counter_ns, self._stop.is_set
+        if not self.by_phase:
+            serve = lambda _phase, unphased=serve: unphased()  # noqa: E731
         starts, latencies, phases = worker.starts, worker.latencies, worker.phases
         while not stopped():
             recording, phase = self.recording, self.phase
             started = clock()
             try:
-                serve()
+                serve(phase)
             except Exception as error:
                 worker.failures += 1
+                worker.failed_phases.append(phase)
                 if len(worker.errors) < ERRORS_KEPT:
                     worker.errors.append(f"{type(error).__name__}: {error}"[:300])
             elapsed = clock() - started

@@ -15,7 +15,9 @@ import importlib.util
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -349,6 +351,55 @@ def test_the_batching_benchmark_says_when_the_ceiling_puts_a_target_out_of_reach
         [{k: {**v, "failed_requests": 0} for k, v in r.items()} for r in rounds], [16]
     )
     assert not any("out of reach" in line for line in lines)
+
+
+def test_the_batching_benchmark_measures_the_modes_in_turns_each_by_its_own_calls(load_script):
+    module = load_script("batching.py")
+
+    class Registry:
+        """Stand-in: "off" answers in 1 ms, "on" in 2 ms and counts batches, "bad" fails."""
+
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+            self.counters = {"on": [0, 0]}  # batches, requests
+
+        def predict(self, name: str, request: object) -> object:
+            self.calls.append(name)
+            if name == "bad":
+                raise ValueError("refused")
+            time.sleep(0.001 if name == "off" else 0.002)
+            if name == "on":
+                batches, requests = self.counters["on"]
+                self.counters["on"] = [batches + 1, requests + 2]  # 2 requests per batch
+            return request
+
+        def status(self, name: str) -> list:
+            counters = self.counters.get(name)
+            batching = None
+            if counters is not None:
+                batching = SimpleNamespace(
+                    batches=counters[0], requests=counters[1], padded_rows=counters[0]
+                )
+            return [SimpleNamespace(batching=batching)]
+
+    registry = Registry()
+    args = SimpleNamespace(slices=4, seconds=0.4, warmup=0.08)
+    results = module.measure_modes(registry, ("off", "on", "bad"), "x", 2, args)
+    off, on, bad = results["off"], results["on"], results["bad"]
+    # Each mode is timed by its own calls: "off" answers about twice as fast as "on".
+    assert 1.3 < off["requests_per_second"] / on["requests_per_second"] < 3.0, results
+    assert off["p50_us"] < on["p50_us"]
+    assert on["requests_per_batch"] == 2.0 and on["padded_rows_per_batch"] == 1.0
+    assert "requests_per_batch" not in off
+    # Failures go to the mode that failed, with their errors.
+    assert off["failed_requests"] == on["failed_requests"] == 0 and bad["failed_requests"] > 0
+    assert off["errors"] == [] and bad["errors"][0] == "ValueError: refused"
+    # The modes took turns, the order reversed every other turn: off on bad, bad on off, ...
+    # So "on" comes in --slices runs of calls, the others in at least half as many.
+    calls = registry.calls
+    turns = [name for i, name in enumerate(calls) if i == 0 or calls[i - 1] != name]
+    assert turns.count("on") >= args.slices, turns
+    assert min(turns.count("off"), turns.count("bad")) >= args.slices // 2, turns
 
 
 def test_the_checkpoint_benchmark_compares_each_operation_with_plain(load_script):
