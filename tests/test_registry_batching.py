@@ -100,6 +100,24 @@ def test_named_inputs_and_the_infer_path_batch_too():
         assert registry.status("m")[0].batching.requests == 120
 
 
+def test_infer_feeds_a_batched_version_arrays_made_once(monkeypatch):
+    # infer() converts named inputs once, to arrays: a batch merges arrays, so a tensor
+    # would be turned back into an array and into a tensor again for a lone caller.
+    with lc.ModelRegistry() as registry:
+        registry.load("m", 1, constant(7.0), batching=POLICY)
+        batched = registry._table.find("m", 1).serve
+        fed: list[object] = []
+        prepare = batched._prepare
+        monkeypatch.setattr(
+            batched, "_prepare", lambda inputs: fed.append(inputs) or prepare(inputs)
+        )
+        answer = registry.infer("m", {"x": [[1, 2, 3, 4]]})
+        np.testing.assert_allclose(answer.outputs["output_0"], [[7.0]])
+        [value] = fed
+        assert type(value) is np.ndarray and value.dtype == np.float32, value
+        assert registry.status("m")[0].batching.requests == 1  # it joined a batch
+
+
 def test_string_inputs_batch_through_tensorflows_own_conversion():
     # Strings have no NumPy dtype of their own: a batch of them takes the full call.
     def lookup():

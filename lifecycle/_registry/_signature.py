@@ -91,12 +91,12 @@ class ServingSignature:
                 f"The request's inputs {sorted(inputs)} do not match the model's inputs "
                 f"{names}: missing {missing}, unknown {unknown}."
             )
-        tensors = [_tensor(spec, inputs[spec.name]) for spec in self.inputs]
+        values = [_value(spec, inputs[spec.name]) for spec in self.inputs]
         if self.input_form == "dict":
-            return dict(zip(names, tensors, strict=True))
+            return dict(zip(names, values, strict=True))
         if self.input_form == "list":
-            return tensors
-        return tensors[0]
+            return values
+        return values[0]
 
     def name_outputs(self, outputs: Any) -> dict[str, Any]:
         """The model's output nest as ``{output name: tensor}``."""
@@ -158,21 +158,26 @@ def _named(name: str, spec: Any) -> NamedTensorSpec:
     return NamedTensorSpec(name=name, dtype=spec.dtype.name, shape=shape)
 
 
-def _tensor(spec: NamedTensorSpec, value: Any) -> tf.Tensor:
-    """``value`` as a tensor of ``spec``'s dtype whose shape fits ``spec``."""
+def _value(spec: NamedTensorSpec, value: Any) -> np.ndarray | tf.Tensor:
+    """``value`` as an array of ``spec``'s dtype (a tensor for strings) whose shape fits ``spec``.
+
+    An array rather than a tensor: the serving function makes the tensor from
+    it, and a batched version merges arrays (from a tensor it would take the
+    array back first).
+    """
     dtype = tf.as_dtype(spec.dtype)
     try:
         if dtype == tf.string:
-            tensor = tf.convert_to_tensor(value, tf.string)
+            fed = tf.convert_to_tensor(value, tf.string)
+            shape = tuple(fed.shape.as_list())
         else:
             array = np.asarray(value)
             if array.dtype.kind not in "biuf" or (array.dtype.kind == "f" and dtype.is_integer):
                 raise TypeError(f"got {array.dtype.name} values")
-            # tf.constant: convert_to_tensor's dispatch and registry lookup cost as much again.
-            tensor = tf.constant(array.astype(dtype.as_numpy_dtype, copy=False))
+            fed = array.astype(dtype.as_numpy_dtype, copy=False)
+            shape = fed.shape
     except (TypeError, ValueError) as error:
         raise TypeError(f"Input {spec.name!r} must hold {spec.dtype} values: {error}") from None
-    shape = tuple(tensor.shape.as_list())
     fits = len(shape) == len(spec.shape) and all(
         want is None or want == got for want, got in zip(spec.shape, shape, strict=False)
     )
@@ -181,4 +186,4 @@ def _tensor(spec: NamedTensorSpec, value: Any) -> tf.Tensor:
         raise ValueError(
             f"Input {spec.name!r} has shape {shape}, but the model takes {wanted} (-1: any size)."
         )
-    return tensor
+    return fed
