@@ -42,29 +42,30 @@ serve
     batching flags apply to every model of a server, hence two servers). A
     third serves the ceiling's MLP with *on*'s flags. All run with
     ``--file_system_poll_wait_seconds 0`` and ``--port 0`` (no version polling,
-    no gRPC). The load is ``serve.py``'s: per phase, a Locust child
-    with N ``FastHttpUser``s and no wait time sending the TensorFlow Serving
-    REST request ``POST /v1/models/mlp:predict`` with ``{"instances": [[256
-    floats]]}``, ``--warmup`` seconds, then ``--seconds`` measured; each
-    request timed by Locust (send to body read); a request fails if it raises,
-    is not answered 200 or is still unanswered at the end, in the warm-up too.
+    no gRPC). The load is a Locust child per round and N: N ``FastHttpUser``s
+    with no wait time sending the TensorFlow Serving REST request ``POST
+    /v1/models/mlp:predict`` with ``{"instances": [[256 floats]]}``, all to
+    one server at a time, the three servers taking turns as in process
+    (``--slices`` turns each of a share of ``--warmup`` unmeasured and of
+    ``--seconds`` measured, the order reversed every other turn, off first in
+    odd rounds and on first in even ones). Each request is timed by Locust
+    (send to body read) and counts for the server it was sent to: measured if
+    answered within that server's measured slices, failed if it raises, is not
+    answered 200 or is still unanswered at the end, in the warm-up too.
     *on*'s requests per batch is the change of the version's batching counters
-    in the admin API (``GET /v1/admin/models/mlp``) over the measured window;
+    in the admin API (``GET /v1/admin/models/mlp``) over its measured slices;
     the server's CPU time per request and the load generator's CPU share over
-    the window are shown too (psutil, as in ``serve.py``).
-    The servers stay up; each of ``--rounds`` rounds runs, per N, the *off* and
-    the *on* phase back to back, in an order alternating between rounds, then
-    the ceiling's (a Locust child per phase: not in slices).
+    them are shown too (psutil, as in ``serve.py``). The servers stay up.
 
-Both parts also measure a *ceiling* for each N (in turns with off and on in
-process, after them through the server): the same path (the registry, or a
-third ``lifecycle serve`` process) serving the same MLP at
-``--ceiling-units`` (16) wide, batched as *on*: a model whose call costs next
-to nothing, so its requests/s is about the most batching can reach on that
-path, where only the per-request costs (the HTTP exchange, the lease, the
-batcher) are left. A costlier model only lowers it, so on/off can
-hardly exceed ceiling/off; where ceiling/off is under a target, the target
-is out of reach on that path and machine, whatever the batcher does.
+Both parts also measure a *ceiling* for each N, in turns with off and on:
+the same path (the registry, or a third ``lifecycle serve`` process) serving
+the same MLP at ``--ceiling-units`` (16) wide, batched as *on*: a model
+whose call costs next to nothing, so its requests/s is about the most
+batching can reach on that path, where only the per-request costs (the HTTP
+exchange, the lease, the batcher) are left. A costlier model only lowers
+it, so on/off can hardly exceed ceiling/off; where ceiling/off is under a
+target, the target is out of reach on that path and machine, whatever the
+batcher does.
 
 Each part prints a table (per N and off/on/ceiling: median over rounds with
 min-max) and the ratios on/off and ceiling/off, taken within each round, then
@@ -92,11 +93,12 @@ import json
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,8 @@ from hot_swap import INPUT_DIM, OUTPUTS, RequestThreads, build_mlp, mlp_params, 
 
 # The order of off and on in a round; rounds alternate between the two.
 VARIANTS = ("off-first", "on-first")
+# The serve part's load child: Locust users taking turns between the servers.
+LOAD_ROLE = "load-turns"
 MODES = ("off", "on")
 # The same path with a model that costs next to nothing, batched as on: measured after
 # off and on of each N.
@@ -210,6 +214,8 @@ def measure_modes(
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+    if variant == LOAD_ROLE:
+        return run_load_turns(args)
     # Imported here so the parent never loads TensorFlow.
     import numpy as np
 
@@ -309,57 +315,206 @@ def batching_counters(url: str) -> tuple[int, int] | None:
     return None if stats is None else (stats["batches"], stats["requests"])
 
 
-@dataclass
-class BatchingWindow:
-    """The *on* server's batching counters as a measured window opens and closes.
+def run_load_turns(args: argparse.Namespace) -> dict[str, Any]:
+    """The load child of the serve part: N Locust users taking turns between the servers.
 
-    A ``serve.PhaseWindow`` for ``serve.run_phase``.
+    All users send to one server at a time (``--urls``, in that order); each
+    server gets ``--slices`` turns of its share of ``--warmup`` unmeasured and
+    of ``--seconds`` measured, the order reversed every other turn. Prints
+    ``MEASURING <index>`` and ``MEASURED <index>`` (flushed) as a server's
+    measured slice opens and closes, for the parent to read that server's
+    CPU time and batching counters. A request counts for the server it was
+    sent to: measured if it is answered within one of that server's measured
+    slices, failed if it fails at any time or is unanswered at the end.
+
+    Returns:
+        ``{"servers": [...]}``, one result per URL with the keys of
+        ``serve.run_load``'s.
     """
+    import gevent
+    from locust import FastHttpUser, constant, task
+    from locust.env import Environment
 
-    url: str
-    opened: tuple[int, int] | None = None
-    closed: tuple[int, int] | None = None
+    urls = args.urls.split(",")
+    count = len(urls)
+    body = serve.request_body()
+    headers = {"Content-Type": "application/json"}
+    clock = time.perf_counter
+    # The server the users send to, and the one whose slice is measured (None between).
+    target: list[int] = [0]
+    measuring: list[int | None] = [None]
+    times_ms: list[list[float]] = [[] for _ in urls]
+    errors: list[list[str]] = [[] for _ in urls]
+    sent, answered, failed = [0] * count, [0] * count, [0] * count
+    seconds, cpu = [0.0] * count, [0.0] * count
 
-    def start(self) -> None:
-        self.opened = batching_counters(self.url)
+    class Client(FastHttpUser):
+        host = urls[0]
+        wait_time = constant(0)
 
-    def close_window(self) -> None:
-        self.closed = batching_counters(self.url)
+        @task
+        def predict(self) -> None:
+            index = target[0]
+            sent[index] += 1
+            # An absolute URL: each server keeps its own connections.
+            self.client.post(urls[index] + serve.PREDICT_PATH, data=body, headers=headers,
+                             name=str(index))  # fmt: skip
 
-    def stop(self) -> None:
-        pass
+    def on_request(
+        name: str, response_time: float, response: Any, exception: BaseException | None, **_: Any
+    ) -> None:
+        index = int(name)
+        answered[index] += 1
+        status = getattr(response, "status_code", None)
+        if exception is not None or status != 200:
+            failed[index] += 1
+            if len(errors[index]) < serve.ERRORS_KEPT:
+                errors[index].append(f"status {status}: {exception!r}"[:300])
+        elif measuring[0] == index:
+            times_ms[index].append(response_time)
 
-    def requests_per_batch(self) -> float | None:
-        if self.opened is None or self.closed is None:
-            return None
-        batches = self.closed[0] - self.opened[0]
-        return (self.closed[1] - self.opened[1]) / batches if batches else None
+    environment = Environment(user_classes=[Client], stop_timeout=serve.STOP_TIMEOUT)
+    environment.events.request.add_listener(on_request)
+    runner = environment.create_local_runner()
+    runner.start(args.clients[0], spawn_rate=max(args.clients[0], 100))
+    order = list(range(count))
+    for turn in range(args.slices):
+        for index in order if turn % 2 == 0 else order[::-1]:
+            target[0] = index
+            gevent.sleep(args.warmup / args.slices)
+            print(f"{serve.MEASURING} {index}", flush=True)
+            started, cpu_started = clock(), time.process_time()
+            measuring[0] = index
+            gevent.sleep(args.seconds / args.slices)
+            measuring[0] = None
+            seconds[index] += clock() - started
+            cpu[index] += time.process_time() - cpu_started
+            print(f"{serve.MEASURED} {index}", flush=True)
+    runner.stop()  # each client finishes its request in flight (stop_timeout)
+    runner.quit()
+    results = []
+    for index in order:
+        unanswered = sent[index] - answered[index]
+        if unanswered > 0:
+            failed[index] += unanswered
+            errors[index].append(f"{unanswered} request(s) unanswered at the end")
+        results.append(
+            {
+                "requests": len(times_ms[index]),
+                "requests_per_second": len(times_ms[index]) / seconds[index],
+                **serve.percentiles_ms(times_ms[index]),
+                "failed": failed[index],
+                "errors": errors[index],
+                "load_cpu_share": cpu[index] / seconds[index],
+                "load_cpu_warning": bool(runner.cpu_warning_emitted),
+            }
+        )
+    return {"servers": results}
 
 
 def microseconds(ms: float | None) -> float | None:
     return None if ms is None else 1000 * ms
 
 
-def serve_phase(
-    server: serve.Server, clients: int, args: argparse.Namespace, logs: Path
-) -> dict[str, Any]:
-    """One Locust phase of ``clients`` users against ``server``; keys as in-process phases'."""
-    window = BatchingWindow(server.url) if server.variant != "off" else None
-    phase_args = argparse.Namespace(
-        clients=clients, seconds=args.seconds, warmup=args.warmup, timeout=args.timeout
-    )
-    result = serve.run_phase(server, phase_args, logs, window)
-    return {
-        "requests_per_second": result["requests_per_second"],
-        "p50_us": microseconds(result["p50_ms"]),
-        "p99_us": microseconds(result["p99_ms"]),
-        "requests_per_batch": None if window is None else window.requests_per_batch(),
-        "failed_requests": result["failed"],
-        "errors": result["errors"],
-        "server_cpu_ms": result["server_cpu_ms_per_request"],
-        "load_cpu_percent": 100 * result["load_cpu_share"],
-        "load_cpu_warning": result["load_cpu_warning"],
-    }
+class ServerSlices:
+    """One server's CPU time and batching counters, summed over its measured slices."""
+
+    def __init__(self, server: serve.Server) -> None:
+        import psutil
+
+        self.server = server
+        self._process = psutil.Process(server.process.pid)
+        self._batched = server.variant != "off"
+        self.cpu_seconds = 0.0
+        self.batches = self.requests = 0
+        self._cpu: float | None = None
+        self._counters: tuple[int, int] | None = None
+
+    def open(self) -> None:
+        self._cpu = sum(self._process.cpu_times()[:2])
+        self._counters = batching_counters(self.server.url) if self._batched else None
+
+    def close(self) -> None:
+        if self._cpu is not None:
+            self.cpu_seconds += sum(self._process.cpu_times()[:2]) - self._cpu
+        closed = batching_counters(self.server.url) if self._batched else None
+        if self._counters is not None and closed is not None:
+            self.batches += closed[0] - self._counters[0]
+            self.requests += closed[1] - self._counters[1]
+        self._cpu = self._counters = None
+
+    def requests_per_batch(self) -> float | None:
+        if not self._batched or not self.batches:
+            return None
+        return self.requests / self.batches
+
+
+def serve_turns(
+    servers: list[serve.Server], clients: int, args: argparse.Namespace, logs: Path
+) -> dict[str, dict[str, Any]]:
+    """``clients`` Locust users taking turns between ``servers`` (one load child); per variant.
+
+    Keys as in-process phases'.
+    """
+    for server in servers:
+        server.check_alive()
+    slices = [ServerSlices(server) for server in servers]
+    command = [sys.executable, str(Path(__file__).resolve()), "--variant", LOAD_ROLE]
+    command += ["--urls", ",".join(server.url for server in servers), "--clients", str(clients)]
+    command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
+    command += ["--slices", str(args.slices)]
+    log = logs / "load-turns.log"
+    with log.open("ab") as errors:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=serve.child_environment(),
+            text=True,
+        )
+    timer = threading.Timer(args.timeout, process.kill)
+    timer.start()
+    result: dict[str, Any] | None = None
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            marker, _, index = line.strip().partition(" ")
+            if marker == serve.MEASURING:
+                slices[int(index)].open()
+            elif marker == serve.MEASURED:
+                slices[int(index)].close()
+            elif line.startswith(_harness.RESULT_PREFIX):
+                result = json.loads(line[len(_harness.RESULT_PREFIX) :])
+        code = process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()  # type: ignore[union-attr]
+    for server in servers:
+        server.check_alive()
+    if code != 0 or result is None:
+        raise RuntimeError(
+            f"the load taking turns failed (exit code {code}"
+            f"{', no result line' if result is None else ''}); log: {log}\n{serve.tail(log)}"
+        )
+    phases = {}
+    for measured, loaded in zip(slices, result["servers"], strict=True):
+        requests = loaded["requests"]
+        phases[measured.server.variant] = {
+            "requests_per_second": loaded["requests_per_second"],
+            "p50_us": microseconds(loaded["p50_ms"]),
+            "p99_us": microseconds(loaded["p99_ms"]),
+            "requests_per_batch": measured.requests_per_batch(),
+            "failed_requests": loaded["failed"],
+            "errors": loaded["errors"],
+            "server_cpu_ms": 1000 * measured.cpu_seconds / requests if requests else None,
+            "load_cpu_percent": 100 * loaded["load_cpu_share"],
+            "load_cpu_warning": loaded["load_cpu_warning"],
+        }
+    return phases
 
 
 def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> list[serve.Server]:
@@ -404,13 +559,14 @@ def run_serve_rounds(args: argparse.Namespace) -> tuple[list[dict[str, Any]], st
             phases: dict[str, Any] = {}
             rounds.append(phases)
             for clients in args.clients:
-                for mode in round_modes(index % 2 == 0):
-                    print(
-                        f"serve round {index + 1}/{args.rounds}: {clients} / {mode} ...",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    phases[f"{clients}/{mode}"] = serve_phase(by_mode[mode], clients, args, logs)
+                print(
+                    f"serve round {index + 1}/{args.rounds}: {clients} clients ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                modes = round_modes(index % 2 == 0)
+                measured = serve_turns([by_mode[mode] for mode in modes], clients, args, logs)
+                phases.update({f"{clients}/{mode}": result for mode, result in measured.items()})
     except RuntimeError as error:
         return rounds, f"{error}\nlogs and models kept in {work}"
     finally:
@@ -569,8 +725,8 @@ def describe_run(args: argparse.Namespace, load_start: str) -> list[str]:
     if "serve" in args.parts:
         lines.append(
             "serve:    three `lifecycle serve` processes on model.export() SavedModels, on with "
-            "--enable_batching; N Locust FastHttpUsers, no wait, batch-1 REST :predict; off and "
-            "on of one N back to back, their order alternating between rounds, then the ceiling"
+            "--enable_batching; N Locust FastHttpUsers, no wait, batch-1 REST :predict, sent to "
+            "the three servers in turns as in process (one Locust child per round and N)"
         )
     return lines
 
@@ -582,9 +738,10 @@ IN_PROCESS_LEGEND = [
 SERVE_LEGEND = [
     "each cell: median over rounds (min-max); failed requests: the sum over rounds,",
     "  warm-ups included; latencies timed by Locust (send to body read)",
-    "requests/batch: change of the batching counters (admin API) over the window (on, ceiling)",
-    "server CPU: the server process's user+system time over the window / requests",
-    "load gen CPU %: the Locust child's CPU time over the window, % of one core",
+    "requests/batch: change of the batching counters (admin API) over the server's measured",
+    "  slices (on, ceiling)",
+    "server CPU: the server process's user+system time over its measured slices / requests",
+    "load gen CPU %: the Locust child's CPU time over the server's slices, % of one core",
 ]
 
 
@@ -689,7 +846,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="the policy's return_wait (default: the policy's, 1.0); 0: no adaptive wait",
     )
-    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
+    parser.add_argument("--urls", help=argparse.SUPPRESS)  # the serve part's load child
+    _harness.add_child_arguments(parser, (*VARIANTS, LOAD_ROLE), timeout=600.0)
     args = parser.parse_args(argv)
 
     if min(args.seconds, args.units, args.ceiling_units, args.timeout) <= 0 or args.warmup < 0:

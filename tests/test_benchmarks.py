@@ -402,6 +402,75 @@ def test_the_batching_benchmark_measures_the_modes_in_turns_each_by_its_own_call
     assert min(turns.count("off"), turns.count("bad")) >= args.slices // 2, turns
 
 
+# A stand-in for a `lifecycle serve` process: answers the benchmark's predict call (with
+# status sys.argv[2]) and the admin API's batching counters, one batch per two requests.
+STAND_IN_SERVER = """
+import http.server, json, sys
+served = 0
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *args):
+        pass
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_POST(self):
+        global served
+        self.rfile.read(int(self.headers["Content-Length"]))
+        served += 1
+        self.reply(int(sys.argv[2]), {"predictions": [[0.0]]})
+    def do_GET(self):
+        batching = {"batches": served // 2, "requests": served // 2 * 2}
+        self.reply(200, {"versions": [{"batching": batching}]})
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+@pytest.mark.subprocess
+def test_the_batching_benchmark_serves_in_turns_each_server_by_its_own_requests(
+    load_script, tmp_path
+):
+    module = load_script("batching.py")
+    serve = module.serve
+    servers = []
+    stand_ins = zip(("off", "on", "bad"), serve.free_ports(3), (200, 200, 500), strict=True)
+    for variant, port, status in stand_ins:
+        log = tmp_path / f"{variant}.log"
+        with log.open("wb") as errors:
+            process = subprocess.Popen(
+                [sys.executable, "-c", STAND_IN_SERVER, str(port), str(status)], stderr=errors
+            )
+        servers.append(serve.Server(variant, process, port, log))
+    try:
+        for server in servers:  # listening once the admin API answers
+            deadline = time.monotonic() + 60
+            while True:
+                server.check_alive()
+                try:
+                    module.batching_counters(server.url)
+                    break
+                except RuntimeError:
+                    assert time.monotonic() < deadline, f"{server.variant} did not start"
+                    time.sleep(0.1)
+        args = SimpleNamespace(seconds=0.8, warmup=0.2, slices=2, timeout=120.0)
+        phases = module.serve_turns(servers, 2, args, tmp_path)
+    finally:
+        serve.stop_processes([server.process for server in servers])
+    off, on, bad = phases["off"], phases["on"], phases["bad"]
+    for phase in (off, on):
+        assert phase["requests_per_second"] > 0 and phase["failed_requests"] == 0, phases
+        assert phase["p50_us"] > 0 and phase["server_cpu_ms"] is not None, phases
+    # The batching counters are read over "on"'s own slices; "off" reports none.
+    assert off["requests_per_batch"] is None and 1.0 <= on["requests_per_batch"] <= 3.0, phases
+    # Failures count for the server that failed them.
+    assert bad["failed_requests"] > 0 and "status 500" in bad["errors"][0], bad
+    assert bad["requests_per_second"] == 0
+
+
 def test_the_checkpoint_benchmark_compares_each_operation_with_plain(load_script):
     module = load_script("checkpoints.py")
     times = {name: [0.010, 0.020] for name in module.OPERATIONS}
