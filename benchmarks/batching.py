@@ -93,10 +93,8 @@ import json
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -463,43 +461,23 @@ def serve_turns(
     command += ["--urls", ",".join(server.url for server in servers), "--clients", str(clients)]
     command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
     command += ["--slices", str(args.slices)]
+
+    def on_line(line: str) -> None:
+        marker, _, index = line.partition(" ")
+        if marker == serve.MEASURING:
+            slices[int(index)].open()
+        elif marker == serve.MEASURED:
+            slices[int(index)].close()
+
     log = logs / "load-turns.log"
-    with log.open("ab") as errors:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            env=serve.child_environment(),
-            text=True,
-        )
-    timer = threading.Timer(args.timeout, process.kill)
-    timer.start()
-    result: dict[str, Any] | None = None
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            marker, _, index = line.strip().partition(" ")
-            if marker == serve.MEASURING:
-                slices[int(index)].open()
-            elif marker == serve.MEASURED:
-                slices[int(index)].close()
-            elif line.startswith(_harness.RESULT_PREFIX):
-                result = json.loads(line[len(_harness.RESULT_PREFIX) :])
-        code = process.wait()
-    finally:
-        timer.cancel()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdout.close()  # type: ignore[union-attr]
+        result = serve.run_load_child(command, log, args.timeout, on_line, "taking turns")
+    except RuntimeError:
+        for server in servers:  # a server that died says so first
+            server.check_alive()
+        raise
     for server in servers:
         server.check_alive()
-    if code != 0 or result is None:
-        raise RuntimeError(
-            f"the load taking turns failed (exit code {code}"
-            f"{', no result line' if result is None else ''}); log: {log}\n{serve.tail(log)}"
-        )
     phases = {}
     for measured, loaded in zip(slices, result["servers"], strict=True):
         requests = loaded["requests"]

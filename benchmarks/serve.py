@@ -91,7 +91,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -561,7 +561,46 @@ def run_phase(
     command = [sys.executable, str(Path(__file__).resolve()), "--variant", "load"]
     command += ["--url", server.url, "--clients", str(args.clients)]
     command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
-    log = logs / f"load-{server.variant}.log"
+    cpu_started = cpu_seconds = None
+
+    def on_line(line: str) -> None:
+        nonlocal cpu_started, cpu_seconds
+        if line == MEASURING:
+            cpu_started = sum(server_process.cpu_times()[:2])
+            if writer is not None:
+                writer.start()
+        elif line == MEASURED:
+            if cpu_started is not None:
+                cpu_seconds = sum(server_process.cpu_times()[:2]) - cpu_started
+            if writer is not None:
+                writer.close_window()
+
+    try:
+        log = logs / f"load-{server.variant}.log"
+        result = run_load_child(command, log, args.timeout, on_line, f"against {server.label}")
+    except RuntimeError:
+        server.check_alive()  # a server that died says so first
+        raise
+    finally:
+        if writer is not None:
+            writer.stop()
+    server.check_alive()
+    result["server_cpu_ms_per_request"] = (
+        1000 * cpu_seconds / result["requests"] if cpu_seconds and result["requests"] else None
+    )
+    return result
+
+
+def run_load_child(
+    command: list[str], log: Path, timeout: float, on_line: Callable[[str], None], label: str
+) -> dict[str, Any]:
+    """Run a load child, handing each line it prints to ``on_line``; its result.
+
+    The child's stderr goes to ``log``; it is killed after ``timeout`` seconds.
+
+    Raises:
+        RuntimeError: The child failed or printed no result (``label`` says which).
+    """
     with log.open("ab") as errors:
         process = subprocess.Popen(
             command,
@@ -571,42 +610,29 @@ def run_phase(
             env=child_environment(),
             text=True,
         )
-    timer = threading.Timer(args.timeout, process.kill)
+    timer = threading.Timer(timeout, process.kill)
     timer.start()
     result: dict[str, Any] | None = None
-    cpu_started = cpu_seconds = None
     try:
         assert process.stdout is not None
         for line in process.stdout:
             line = line.strip()
-            if line == MEASURING:
-                cpu_started = sum(server_process.cpu_times()[:2])
-                if writer is not None:
-                    writer.start()
-            elif line == MEASURED:
-                if cpu_started is not None:
-                    cpu_seconds = sum(server_process.cpu_times()[:2]) - cpu_started
-                if writer is not None:
-                    writer.close_window()
-            elif line.startswith(RESULT_PREFIX):
+            if line.startswith(RESULT_PREFIX):
                 result = json.loads(line[len(RESULT_PREFIX) :])
+            else:
+                on_line(line)
         code = process.wait()
     finally:
         timer.cancel()
         if process.poll() is None:
             process.kill()
             process.wait()
-        if writer is not None:
-            writer.stop()
-    server.check_alive()
+        process.stdout.close()  # type: ignore[union-attr]
     if code != 0 or result is None:
         raise RuntimeError(
-            f"load phase against {server.label} failed (exit code {code}"
+            f"load phase {label} failed (exit code {code}"
             f"{', no result line' if result is None else ''}); log: {log}\n{tail(log)}"
         )
-    result["server_cpu_ms_per_request"] = (
-        1000 * cpu_seconds / result["requests"] if cpu_seconds and result["requests"] else None
-    )
     return result
 
 
