@@ -199,7 +199,6 @@ def measure_modes(
             "requests_per_second": mine.size / seconds[mode],
             **percentiles_us(mine),
             "failed_requests": int(np.count_nonzero(failed == index)),
-            "requests_total": sum(w.requests for w in workers),
             # A worker's errors are not kept by mode: those of all, where this mode failed.
             "errors": [e for w in workers for e in w.errors][:5] if (failed == index).any() else [],
         }
