@@ -107,11 +107,9 @@ from hot_swap import INPUT_DIM, OUTPUTS, RequestThreads, build_mlp, mlp_params, 
 
 # The order of off and on in a round; rounds alternate between the two.
 VARIANTS = ("off-first", "on-first")
-# The serve part's load child: Locust users taking turns between the servers.
-LOAD_ROLE = "load-turns"
 MODES = ("off", "on")
-# The same path with a model that costs next to nothing, batched as on: measured after
-# off and on of each N.
+# The same path with a model that costs next to nothing, batched as on: measured in turns
+# with off and on of each N.
 CEILING = "ceiling"
 PARTS = ("in-process", "serve")
 MAX_BATCH_SIZE = 32
@@ -137,7 +135,7 @@ ADMIN_STATUS_PATH = f"/v1/admin/models/{serve.MODEL_NAME}"
 
 
 def round_modes(off_first: bool) -> tuple[str, ...]:
-    """The order of one N's phases in a round: off and on (alternating), then the ceiling."""
+    """The order of one N's modes in a round's first turn: off and on (alternating), the ceiling."""
     return (*(MODES if off_first else MODES[::-1]), CEILING)
 
 
@@ -163,7 +161,7 @@ def measure_modes(
     threads = RequestThreads(serve, clients, by_phase=True)
     seconds = dict.fromkeys(modes, 0.0)
     # The change of each batched mode's counters over its measured slices.
-    counted = {mode: [0, 0, 0] for mode in modes}
+    counted = {mode: [0, 0, 0] for mode in modes if batching(mode) is not None}
     threads.phase = 0
     threads.start()
     try:
@@ -178,7 +176,7 @@ def measure_modes(
                 threads.recording = False
                 seconds[mode] += time.perf_counter() - started
                 after = batching(mode)
-                if after is not None:
+                if mode in counted:
                     change = (
                         after.batches - before.batches,
                         after.requests - before.requests,
@@ -202,8 +200,8 @@ def measure_modes(
             # A worker's errors are not kept by mode: those of all, where this mode failed.
             "errors": [e for w in workers for e in w.errors][:5] if (failed == index).any() else [],
         }
-        batches, requests, padded = counted[mode]
-        if batching(mode) is not None:
+        if mode in counted:
+            batches, requests, padded = counted[mode]
             result["requests_per_batch"] = requests / batches if batches else None
             result["padded_rows_per_batch"] = padded / batches if batches else None
         results[mode] = result
@@ -211,8 +209,6 @@ def measure_modes(
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    if variant == LOAD_ROLE:
-        return run_load_turns(args)
     # Imported here so the parent never loads TensorFlow.
     import numpy as np
 
@@ -312,103 +308,6 @@ def batching_counters(url: str) -> tuple[int, int] | None:
     return None if stats is None else (stats["batches"], stats["requests"])
 
 
-def run_load_turns(args: argparse.Namespace) -> dict[str, Any]:
-    """The load child of the serve part: N Locust users taking turns between the servers.
-
-    All users send to one server at a time (``--urls``, in that order); each
-    server gets ``--slices`` turns of its share of ``--warmup`` unmeasured and
-    of ``--seconds`` measured, the order reversed every other turn. Prints
-    ``MEASURING <index>`` and ``MEASURED <index>`` (flushed) as a server's
-    measured slice opens and closes, for the parent to read that server's
-    CPU time and batching counters. A request counts for the server it was
-    sent to: measured if it is answered within one of that server's measured
-    slices, failed if it fails at any time or is unanswered at the end.
-
-    Returns:
-        ``{"servers": [...]}``, one result per URL with the keys of
-        ``serve.run_load``'s.
-    """
-    import gevent
-    from locust import FastHttpUser, constant, task
-    from locust.env import Environment
-
-    urls = args.urls.split(",")
-    count = len(urls)
-    body = serve.request_body()
-    headers = {"Content-Type": "application/json"}
-    clock = time.perf_counter
-    # The server the users send to, and the one whose slice is measured (None between).
-    target: list[int] = [0]
-    measuring: list[int | None] = [None]
-    times_ms: list[list[float]] = [[] for _ in urls]
-    errors: list[list[str]] = [[] for _ in urls]
-    sent, answered, failed = [0] * count, [0] * count, [0] * count
-    seconds, cpu = [0.0] * count, [0.0] * count
-
-    class Client(FastHttpUser):
-        host = urls[0]
-        wait_time = constant(0)
-
-        @task
-        def predict(self) -> None:
-            index = target[0]
-            sent[index] += 1
-            # An absolute URL: each server keeps its own connections.
-            self.client.post(urls[index] + serve.PREDICT_PATH, data=body, headers=headers,
-                             name=str(index))  # fmt: skip
-
-    def on_request(
-        name: str, response_time: float, response: Any, exception: BaseException | None, **_: Any
-    ) -> None:
-        index = int(name)
-        answered[index] += 1
-        status = getattr(response, "status_code", None)
-        if exception is not None or status != 200:
-            failed[index] += 1
-            if len(errors[index]) < serve.ERRORS_KEPT:
-                errors[index].append(f"status {status}: {exception!r}"[:300])
-        elif measuring[0] == index:
-            times_ms[index].append(response_time)
-
-    environment = Environment(user_classes=[Client], stop_timeout=serve.STOP_TIMEOUT)
-    environment.events.request.add_listener(on_request)
-    runner = environment.create_local_runner()
-    runner.start(args.clients[0], spawn_rate=max(args.clients[0], 100))
-    order = list(range(count))
-    for turn in range(args.slices):
-        for index in order if turn % 2 == 0 else order[::-1]:
-            target[0] = index
-            gevent.sleep(args.warmup / args.slices)
-            print(f"{serve.MEASURING} {index}", flush=True)
-            started, cpu_started = clock(), time.process_time()
-            measuring[0] = index
-            gevent.sleep(args.seconds / args.slices)
-            measuring[0] = None
-            seconds[index] += clock() - started
-            cpu[index] += time.process_time() - cpu_started
-            print(f"{serve.MEASURED} {index}", flush=True)
-    runner.stop()  # each client finishes its request in flight (stop_timeout)
-    runner.quit()
-    results = []
-    for index in order:
-        unanswered = sent[index] - answered[index]
-        if unanswered > 0:
-            failed[index] += unanswered
-            errors[index].append(f"{unanswered} request(s) unanswered at the end")
-        results.append(
-            {
-                "requests": len(times_ms[index]),
-                "requests_per_second": len(times_ms[index]) / seconds[index],
-                **serve.percentiles_ms(times_ms[index]),
-                "failed": failed[index],
-                "errors": errors[index],
-                "load_cpu_share": cpu[index] / seconds[index],
-                "load_cpu_warning": bool(runner.cpu_warning_emitted),
-            }
-        )
-    return {"servers": results}
-
-
 def microseconds(ms: float | None) -> float | None:
     return None if ms is None else 1000 * ms
 
@@ -456,8 +355,8 @@ def serve_turns(
     for server in servers:
         server.check_alive()
     slices = [ServerSlices(server) for server in servers]
-    command = [sys.executable, str(Path(__file__).resolve()), "--variant", LOAD_ROLE]
-    command += ["--urls", ",".join(server.url for server in servers), "--clients", str(clients)]
+    command = [sys.executable, serve.__file__, "--variant", "load", "--clients", str(clients)]
+    command += ["--url", ",".join(server.url for server in servers)]
     command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
     command += ["--slices", str(args.slices)]
 
@@ -823,8 +722,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="the policy's return_wait (default: the policy's, 1.0); 0: no adaptive wait",
     )
-    parser.add_argument("--urls", help=argparse.SUPPRESS)  # the serve part's load child
-    _harness.add_child_arguments(parser, (*VARIANTS, LOAD_ROLE), timeout=600.0)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0)
     args = parser.parse_args(argv)
 
     if min(args.seconds, args.units, args.ceiling_units, args.timeout) <= 0 or args.warmup < 0:

@@ -118,7 +118,7 @@ PURE_PYTHON_HTTP = ("httptools", "uvloop")
 # Roles of a child process (the hidden --variant).
 ROLES = ("export", "handwritten", "load")
 
-# Printed by a load child when its measured window opens and closes.
+# Printed by a load child, with the server's index, when a measured slice opens and closes.
 MEASURING = "MEASURING"
 MEASURED = "MEASURED"
 # Seconds between two status polls of the swapping server.
@@ -205,75 +205,102 @@ def run_handwritten(args: argparse.Namespace) -> None:
 
 
 def run_load(args: argparse.Namespace) -> dict[str, Any]:
-    """One load phase against ``args.url``: warm-up, measured window, stop.
+    """One load phase: ``--clients`` Locust users against the servers of ``--url``.
 
-    Prints :data:`MEASURING` and :data:`MEASURED` (flushed) when the measured
-    window opens and closes, for the parent to act on.
+    ``--url`` is one server, or several separated by commas, which then take
+    turns: all users send to one server at a time, and each server gets
+    ``--slices`` turns (1 by default) of its share of ``--warmup`` unmeasured
+    and of ``--seconds`` measured, the order reversed every other turn.
+    Prints ``MEASURING <index>`` and ``MEASURED <index>`` (flushed) as a
+    server's measured slice opens and closes, for the parent to act on. A
+    request counts for the server it was sent to: measured if it is answered
+    within one of that server's measured slices, failed if it fails at any
+    time or is still unanswered once the clients were stopped.
+
+    Returns:
+        ``{"servers": [...]}``, each server's result, in the order of ``--url``.
     """
     import gevent
     from locust import FastHttpUser, constant, task
     from locust.env import Environment
 
+    urls = args.url.split(",")
+    count = len(urls)
     body = request_body()
     headers = {"Content-Type": "application/json"}
-
     clock = time.perf_counter
-    times_ms: list[float] = []
-    failures: list[str] = []
-    # Requests sent and answered (or failed), at any time: the difference at the
-    # end is requests still unanswered when the clients were stopped.
-    sent = answered = failed = 0
-    window = [float("inf"), float("inf")]
+    # The server the users send to, and the one whose slice is measured (None between).
+    target: list[int] = [0]
+    measuring: list[int | None] = [None]
+    times_ms: list[list[float]] = [[] for _ in urls]
+    errors: list[list[str]] = [[] for _ in urls]
+    sent, answered, failed = [0] * count, [0] * count, [0] * count
+    seconds, cpu = [0.0] * count, [0.0] * count
 
     class Client(FastHttpUser):
-        host = args.url
+        host = urls[0]
         wait_time = constant(0)
 
         @task
         def predict(self) -> None:
-            nonlocal sent
-            sent += 1
-            self.client.post(PREDICT_PATH, data=body, headers=headers)
+            index = target[0]
+            sent[index] += 1
+            # An absolute URL: each server keeps its own connections.
+            self.client.post(urls[index] + PREDICT_PATH, data=body, headers=headers,
+                             name=str(index))  # fmt: skip
 
     def on_request(
-        response_time: float, response: Any, exception: BaseException | None, **_: Any
+        name: str, response_time: float, response: Any, exception: BaseException | None, **_: Any
     ) -> None:
-        nonlocal answered, failed
-        answered += 1
+        index = int(name)
+        answered[index] += 1
         status = getattr(response, "status_code", None)
         if exception is not None or status != 200:
-            failed += 1
-            if len(failures) < ERRORS_KEPT:
-                failures.append(f"status {status}: {exception!r}"[:300])
-        elif window[0] <= clock() < window[1]:
-            times_ms.append(response_time)
+            failed[index] += 1
+            if len(errors[index]) < ERRORS_KEPT:
+                errors[index].append(f"status {status}: {exception!r}"[:300])
+        elif measuring[0] == index:
+            times_ms[index].append(response_time)
 
     environment = Environment(user_classes=[Client], stop_timeout=STOP_TIMEOUT)
     environment.events.request.add_listener(on_request)
     runner = environment.create_local_runner()
     runner.start(args.clients, spawn_rate=max(args.clients, 100))
-    gevent.sleep(args.warmup)
-    print(MEASURING, flush=True)
-    window[0] = started = clock()
-    cpu_started = time.process_time()
-    window[1] = started + args.seconds
-    gevent.sleep(args.seconds)
-    print(MEASURED, flush=True)
-    cpu = time.process_time() - cpu_started
+    order = list(range(count))
+    for turn in range(args.slices):
+        for index in order if turn % 2 == 0 else order[::-1]:
+            target[0] = index
+            gevent.sleep(args.warmup / args.slices)
+            print(f"{MEASURING} {index}", flush=True)
+            started, cpu_started = clock(), time.process_time()
+            measuring[0] = index
+            gevent.sleep(args.seconds / args.slices)
+            measuring[0] = None
+            seconds[index] += clock() - started
+            cpu[index] += time.process_time() - cpu_started
+            print(f"{MEASURED} {index}", flush=True)
     runner.stop()  # each client finishes its request in flight (stop_timeout)
     runner.quit()
-    if sent > answered:
-        failed += sent - answered
-        failures.append(f"{sent - answered} request(s) unanswered {STOP_TIMEOUT:g} s after the end")
-    return {
-        "requests": len(times_ms),
-        "requests_per_second": len(times_ms) / args.seconds,
-        **percentiles_ms(times_ms),
-        "failed": failed,
-        "errors": failures,
-        "load_cpu_share": cpu / args.seconds,
-        "load_cpu_warning": bool(runner.cpu_warning_emitted),
-    }
+    results = []
+    for index in order:
+        unanswered = sent[index] - answered[index]
+        if unanswered > 0:
+            failed[index] += unanswered
+            errors[index].append(
+                f"{unanswered} request(s) unanswered {STOP_TIMEOUT:g} s after the end"
+            )
+        results.append(
+            {
+                "requests": len(times_ms[index]),
+                "requests_per_second": len(times_ms[index]) / seconds[index],
+                **percentiles_ms(times_ms[index]),
+                "failed": failed[index],
+                "errors": errors[index],
+                "load_cpu_share": cpu[index] / seconds[index],
+                "load_cpu_warning": bool(runner.cpu_warning_emitted),
+            }
+        )
+    return {"servers": results}
 
 
 def percentiles_ms(times_ms: list[float]) -> dict[str, float | None]:
@@ -565,11 +592,12 @@ def run_phase(
 
     def on_line(line: str) -> None:
         nonlocal cpu_started, cpu_seconds
-        if line == MEASURING:
+        marker = line.partition(" ")[0]
+        if marker == MEASURING:
             cpu_started = sum(server_process.cpu_times()[:2])
             if writer is not None:
                 writer.start()
-        elif line == MEASURED:
+        elif marker == MEASURED:
             if cpu_started is not None:
                 cpu_seconds = sum(server_process.cpu_times()[:2]) - cpu_started
             if writer is not None:
@@ -577,7 +605,7 @@ def run_phase(
 
     try:
         log = logs / f"load-{server.variant}.log"
-        result = run_load_child(command, log, args.timeout, on_line, f"against {server.label}")
+        loaded = run_load_child(command, log, args.timeout, on_line, f"against {server.label}")
     except RuntimeError:
         server.check_alive()  # a server that died says so first
         raise
@@ -585,6 +613,7 @@ def run_phase(
         if writer is not None:
             writer.stop()
     server.check_alive()
+    [result] = loaded["servers"]
     result["server_cpu_ms_per_request"] = (
         1000 * cpu_seconds / result["requests"] if cpu_seconds and result["requests"] else None
     )
@@ -998,9 +1027,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("--out", "--model", "--url"):
         parser.add_argument(name, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--slices", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    positive = (args.rounds, args.seconds, args.clients, args.units, args.swap_every)
+    positive = (args.rounds, args.seconds, args.clients, args.units, args.swap_every, args.slices)
     if min(positive) <= 0 or args.poll_wait <= 0 or args.timeout <= 0:
         parser.error(
             "--rounds, --seconds, --clients, --units, --swap-every, --poll-wait and "

@@ -348,14 +348,23 @@ class Batcher:
         finally:
             ran = time.perf_counter() - started
             with self._lock:
-                self._returning = 1
-                self._last_run = ran
-                self._batches += 1
-                self._requests += 1
-                self._rows += rows
-                self._padded += pad_to - rows
-                self._sizes[1] += 1
+                self._count(1, rows, pad_to, ran, 0.0)
                 self._pass_lead()
+
+    def _count(self, requests: int, rows: int, pad_to: int, ran: float, queued: float) -> None:
+        """Under the lock: a batch of ``requests`` ran for ``ran`` seconds; its statistics.
+
+        Its callers are the ones returning, and its run bounds the next wait
+        for them. ``queued``: the seconds its requests waited in all.
+        """
+        self._returning = requests
+        self._last_run = ran
+        self._batches += 1
+        self._requests += requests
+        self._rows += rows
+        self._padded += pad_to - rows
+        self._queue_seconds += queued
+        self._sizes[requests] += 1
 
     def _take(self, head: _Request) -> list[_Request]:
         """Under the lock: ``head``'s batch, waiting up to the timeout to fill it.
@@ -413,14 +422,7 @@ class Batcher:
                 request.result = result
         ran = time.perf_counter() - started
         with self._lock:
-            self._returning = len(batch)
-            self._last_run = ran
-            self._batches += 1
-            self._requests += len(batch)
-            self._rows += rows
-            self._padded += pad_to - rows
-            self._queue_seconds += sum(started - r.arrived for r in batch)
-            self._sizes[len(batch)] += 1
+            self._count(len(batch), rows, pad_to, ran, sum(started - r.arrived for r in batch))
         for request in batch:  # the leader does not wait
             if request.done is not None:
                 request.done.release()
