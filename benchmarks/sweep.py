@@ -20,12 +20,27 @@ and dropped, one after the other in one process, once per way of dropping:
     plain-nodnn, notrim-nodnn
                ``plain`` and ``notrim`` with ``TF_ENABLE_ONEDNN_OPTS=0``; the
                ``vs plain`` column compares these variants with ``plain-nodnn``
+    sysalloc   as ``managed``, with ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``: oneDNN's
+               kernels stay on, but its CPU allocator hands every block to
+               the system allocator (glibc) instead of keeping it in its pool
+    plain-sysalloc
+               ``plain`` with ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``; ``sysalloc``'s
+               ``vs plain`` compares with it
+
+Every other variant runs with TensorFlow's defaults: the child removes both
+settings from its environment before TensorFlow starts.
 
 Each child first imports everything and runs a warm-up model (a small CNN,
 built, fitted, saved, reloaded and dropped the variant's way), collects once
 and waits ``--settle`` seconds: its RSS then is the baseline. After the sweep it
 waits ``--settle`` seconds again, without calling anything (the background
 cleaner finishes), and reads its RSS: the growth is that minus the baseline.
+
+The RSS is also split by kind (Linux's ``RssAnon``, and ``RssFile`` with
+``RssShmem``: pages of TensorFlow's libraries and other files, which the
+kernel may drop and read again but no allocator can hand back), at the
+baseline, at the end and after the steps below; and glibc's bytes in use and
+free at the end are compared with the baseline's.
 
 Only then, to split what is left, the child reads glibc's ``mallinfo2`` (free
 bytes kept in the heap, bytes in use, bytes mapped on their own) and the number
@@ -45,7 +60,7 @@ exits non-zero if a child fails or times out, and names the failed children.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/sweep.py --eager          # 3 rounds x 7 variants, 3-10 min per child
+    python benchmarks/sweep.py --eager          # 3 rounds x 9 variants, 3-10 min per child
     python benchmarks/sweep.py                  # traced fit steps: over 15 min per child on 2 cores
     python benchmarks/sweep.py --rounds 1 --archs MobileNetV2,ResNet50 --variants plain,managed
 """
@@ -71,9 +86,28 @@ from _harness import MIB, fmt
 if TYPE_CHECKING:
     import keras
 
-VARIANTS = ("plain", "managed", "notrim", "tuned", "plain-nodnn", "nodnn", "notrim-nodnn")
-# The variants run with TF_ENABLE_ONEDNN_OPTS=0, and the variant each is otherwise.
-NO_ONEDNN = {"plain-nodnn": "plain", "nodnn": "managed", "notrim-nodnn": "notrim"}
+VARIANTS = (
+    "plain",
+    "managed",
+    "notrim",
+    "tuned",
+    "plain-nodnn",
+    "nodnn",
+    "notrim-nodnn",
+    "plain-sysalloc",
+    "sysalloc",
+)
+NO_ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
+SYSTEM_ALLOCATOR = "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"
+# The variants run with a setting TensorFlow reads once: the variant each is
+# otherwise, and the setting.
+SETTINGS = {
+    "plain-nodnn": ("plain", {NO_ONEDNN: "0"}),
+    "nodnn": ("managed", {NO_ONEDNN: "0"}),
+    "notrim-nodnn": ("notrim", {NO_ONEDNN: "0"}),
+    "plain-sysalloc": ("plain", {SYSTEM_ALLOCATOR: "1"}),
+    "sysalloc": ("managed", {SYSTEM_ALLOCATOR: "1"}),
+}
 LABELS = {
     "plain": "plain: del + clear_session() + gc.collect()",
     "managed": "managed: dispose() (defaults)",
@@ -82,7 +116,21 @@ LABELS = {
     "plain-nodnn": "plain, TF_ENABLE_ONEDNN_OPTS=0",
     "nodnn": "managed, TF_ENABLE_ONEDNN_OPTS=0",
     "notrim-nodnn": "managed, trim_threshold=None, no oneDNN",
+    "plain-sysalloc": "plain, TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1",
+    "sysalloc": "managed, TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1",
 }
+
+
+def base_variant(variant: str) -> str:
+    """What ``variant`` does, setting aside the setting it runs with."""
+    return SETTINGS[variant][0] if variant in SETTINGS else variant
+
+
+def reference(variant: str) -> str:
+    """The plain variant ``variant``'s growth is compared with: same settings."""
+    return f"plain-{variant.rpartition('-')[2]}" if variant in SETTINGS else "plain"
+
+
 ARCHS = (
     "MobileNetV2",
     "MobileNetV3Small",
@@ -161,6 +209,17 @@ def rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+def rss_kinds() -> dict[str, int] | None:
+    """Resident bytes by kind (Linux): ``anon`` (heaps, mappings), ``file`` (code, files)."""
+    try:
+        with open("/proc/self/status") as status:
+            fields = dict(line.split(":", 1) for line in status if line.startswith("Rss"))
+    except OSError:
+        return None
+    kib = {name: int(value.split()[0]) * 1024 for name, value in fields.items()}
+    return {"anon": kib.get("RssAnon", 0), "file": kib.get("RssFile", 0) + kib.get("RssShmem", 0)}
+
+
 # --------------------------------------------------------------------------- child
 
 
@@ -194,7 +253,7 @@ def cycle(
 
     import lifecycle as lc
 
-    managed = NO_ONEDNN.get(variant, variant) != "plain"
+    managed = base_variant(variant) != "plain"
     started = time.perf_counter()
     model = make()
     model.run_eagerly = eager
@@ -261,9 +320,10 @@ def probe_trim(lib: ctypes.CDLL) -> dict[str, Any]:
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    base = NO_ONEDNN.get(variant, variant)
-    if variant in NO_ONEDNN:
-        os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    base = base_variant(variant)
+    for name in (NO_ONEDNN, SYSTEM_ALLOCATOR):  # TensorFlow's defaults, or the variant's
+        os.environ.pop(name, None)
+    os.environ.update(SETTINGS[variant][1] if variant in SETTINGS else {})
 
     import lifecycle as lc
     from lifecycle import _tf
@@ -279,7 +339,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         cycle(variant, tiny_cnn, (32, 32, 3), directory, args.eager)
         gc.collect()
         time.sleep(args.settle)
-        baseline = rss()
+        baseline, baseline_kinds, baseline_heap = rss(), rss_kinds(), mallinfo(lib)
         per_arch = []
         for arch in args.archs:
             shape = (args.size, args.size, 3)
@@ -287,13 +347,15 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             per_arch.append({"arch": arch, **done, "rss": rss()})
             print(f"{arch}: {done['seconds']:.0f} s", file=sys.stderr, flush=True)
         time.sleep(args.settle)  # the user calls nothing more; a background cleaner finishes
-        end = rss()
+        end, end_kinds = rss(), rss_kinds()
     result: dict[str, Any] = {
         "baseline": baseline,
         "end": end,
+        "kinds": {"baseline": baseline_kinds, "end": end_kinds},
         "growth": end - baseline,
         "per_arch": per_arch,
         "mallinfo": mallinfo(lib),
+        "mallinfo_baseline": baseline_heap,
         "arenas": arena_count(lib),
     }
     current = lc.current_session().statistics().cleaner
@@ -313,6 +375,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         _tf.memory.clear_kernel_cache()
         lib.malloc_trim(0)
         result["after_all"] = rss() - baseline
+        result["kinds"]["after_all"] = rss_kinds()
         result["mallinfo_after_all"] = mallinfo(lib)
     if session is not None:
         session.__exit__(None, None, None)
@@ -332,7 +395,6 @@ def table(rounds: _harness.Rounds) -> list[list[str]]:
         runs = [r for r in rounds.results(variant) if r is not None]
         if not runs:
             continue
-        reference = "plain-nodnn" if variant in NO_ONEDNN else "plain"
 
         def mib(key: str, variant: str = variant) -> list[float]:
             return [v / MIB for v in rounds.values(variant, key)]
@@ -343,13 +405,19 @@ def table(rounds: _harness.Rounds) -> list[list[str]]:
                 LABELS[variant],
                 str(len(runs)),
                 median_spread(mib("growth")),
-                _harness.fmt_spread(rounds.ratios("growth", variant, reference), ".3f"),
+                _harness.fmt_spread(rounds.ratios("growth", variant, reference(variant)), ".3f"),
                 _harness.fmt_spread(free, ",.0f"),
                 median_spread(mib("after_trim")),
                 median_spread(mib("after_all")),
             ]
         )
     return rows
+
+
+def kind_growth(kinds: dict[str, Any], at: dict[str, int]) -> str:
+    """``anon +X, file +Y``: resident MiB by kind at ``at`` over the baseline's."""
+    start = kinds["baseline"]
+    return ", ".join(f"{k} {(at[k] - start[k]) / MIB:+,.0f}" for k in ("anon", "file"))
 
 
 def notes(rounds: _harness.Rounds) -> list[str]:
@@ -379,6 +447,18 @@ def notes(rounds: _harness.Rounds) -> list[str]:
                 f"{fmt(probe['alloc_max_before_us'], '.0f')} µs before, max "
                 f"{fmt(probe['alloc_max_during_us'], '.0f')} µs over "
                 f"{probe['allocs_during']} allocations during the trim"
+            )
+        kinds = last.get("kinds") or {}
+        if kinds.get("baseline") and kinds.get("end"):
+            after = kinds.get("after_all")
+            tail = f"; after gc+trim: {kind_growth(kinds, after)}" if after else ""
+            end = kind_growth(kinds, kinds["end"])
+            lines.append(f"    RSS growth by kind (MiB), last round: {end}{tail}")
+        start = last.get("mallinfo_baseline")
+        if start and info:
+            lines.append(
+                f"    glibc in use at the end: {(info['used'] - start['used']) / MIB:+,.0f} MiB "
+                f"over the baseline, free {(info['free'] - start['free']) / MIB:+,.0f} MiB"
             )
         steps = " ".join(
             f"{a['arch']} {(a['rss'] - last['baseline']) / MIB:+,.0f}" for a in last["per_arch"]
@@ -415,7 +495,7 @@ def run_parent(args: argparse.Namespace) -> int:
         "RSS growth: RSS after the sweep (+ settle) - RSS after imports and a warm-up model;",
         "            median over rounds (min-max). vs plain: growth / plain's growth in the",
         "            same round, median of the per-round ratios (min-max)",
-        "            (the TF_ENABLE_ONEDNN_OPTS=0 variants: / plain-nodnn's)",
+        "            (the -nodnn and -sysalloc variants: / plain-nodnn's, plain-sysalloc's)",
         "glibc free: mallinfo2 fordblks at the end (freed, kept by glibc, every arena)",
         "after trim: growth after malloc_trim(0); after gc+trim: after gc.collect(),",
         "            clearing TF's eager kernel cache and malloc_trim(0)",

@@ -206,6 +206,7 @@ def fake_children(monkeypatch, module, results: dict[str, dict] | None) -> list[
 # The scripts whose parent runs its children through ``_harness.run_rounds``, with
 # command lines naming two variants (run for two rounds).
 ROUND_SCRIPTS = {
+    "allocator.py": ["--variants", "pool,system"],
     "cleaner.py": ["--variants", "naive,bg"],
     "dispose.py": ["--variants", "mlp,plain-mlp"],
     "hot_swap.py": ["--variants", "direct,swaps"],
@@ -288,6 +289,52 @@ def test_the_dispose_benchmark_table_shows_each_model_against_the_mlp(
         "2.50x (2.50-2.50)"
     )
     assert rows["mobilenetv2"][-1] == "-"  # no plain-mobilenetv2 child ran
+
+
+def test_the_allocator_benchmark_shows_each_setting_against_the_pool(
+    load_script, monkeypatch, capsys
+):
+    module = load_script("allocator.py")
+    args = module.parse_args(["--models", "mlp", "--rounds", "2"])
+    times = {"mlp_first_s": 1.0, "mlp_train_ms": 40.0, "mlp_infer_ms": 2.0, "peak_rss_mib": 900}
+    fake_children(
+        monkeypatch,
+        module,
+        {
+            "pool": {**times, "onednn": True, "released_mapped_mib": 64.0},
+            "system": {**times, "onednn": True, "released_mapped_mib": 0.0, "mlp_train_ms": 44.0},
+            "nodnn": {**times, "onednn": False, "released_mapped_mib": 0.0, "mlp_infer_ms": 3.0},
+        },
+    )
+
+    assert module.run_parent(args) == 0
+    out = capsys.readouterr().out
+    rows = table(out.splitlines(), "measurement", "pool", "system", "nodnn")
+    assert set(rows) == {"MLP train step ms", "MLP batch-1 call ms", "peak RSS MiB"}
+    train, infer = rows["MLP train step ms"], rows["MLP batch-1 call ms"]
+    assert train[1:] == ["40.0 (40.0-40.0)", "44.0 (44.0-44.0)", "40.0 (40.0-40.0)",
+                         "1.10x (1.10-1.10)", "1.00x (1.00-1.00)"]  # fmt: skip
+    assert infer[-2:] == ["1.00x (1.00-1.00)", "1.50x (1.50-1.50)"], infer
+    # What each setting did to a dropped tensor, as the child saw it.
+    assert "defaults: oneDNN on; of a dropped 64 MiB tensor still mapped: 64 MiB" in out
+    assert "=0: oneDNN off; of a dropped 64 MiB tensor still mapped: 0 MiB" in out
+
+
+def test_the_sweep_benchmark_compares_each_setting_with_plain_under_it(load_script):
+    module = load_script("sweep.py")
+    assert set(module.VARIANTS) == set(module.LABELS)
+    expected = {
+        "plain": "plain",
+        "managed": "plain",
+        "tuned": "plain",
+        "nodnn": "plain-nodnn",
+        "notrim-nodnn": "plain-nodnn",
+        "plain-sysalloc": "plain-sysalloc",
+        "sysalloc": "plain-sysalloc",
+    }
+    assert {v: module.reference(v) for v in expected} == expected
+    assert module.base_variant("sysalloc") == "managed"
+    assert module.base_variant("plain-nodnn") == module.base_variant("plain") == "plain"
 
 
 @pytest.mark.parametrize("managed_best", [0.75, 0.5])
