@@ -148,3 +148,53 @@ def test_rss_goes_back_to_the_system_after_dispose_by_default():
     assert returned >= nbytes // 2, (returned, nbytes)
     returned, nbytes = returned_by_dispose("off")
     assert returned < nbytes // 4, (returned, nbytes)
+
+
+# A child process: with oneDNN on, allocates a 64 MiB tensor, drops it and prints
+# how many of its bytes glibc still has mapped (``mallinfo2().hblkhd``).
+POOL_CHILD = """
+import ctypes, ctypes.util
+import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+if not _pywrap_util_port.IsMklEnabled() or not hasattr(libc, "mallinfo2"):
+    print("RESULT skip")
+    raise SystemExit
+libc.mallinfo2.restype = MallInfo2
+before = libc.mallinfo2().hblkhd
+tensor = tf.ones([16 * 1024 * 1024], dtype=tf.float32)
+del tensor
+print("RESULT", libc.mallinfo2().hblkhd - before)
+"""
+
+
+def mapped_after_drop(**settings: str) -> int:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"):
+        env.pop(name, None)
+    env.update(settings)
+    result = subprocess.run(
+        [sys.executable, "-c", POOL_CHILD], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("RESULT"))
+    if line == "RESULT skip":
+        pytest.skip("oneDNN is off in this TensorFlow build, or glibc has no mallinfo2")
+    return int(line.split()[1])
+
+
+@pytest.mark.subprocess
+def test_onednn_pools_released_blocks_unless_told_to_use_the_system_allocator():
+    # What docs/sweeps.md tells sweep users, checked against TensorFlow itself:
+    # with oneDNN on (the default on x86 Linux), TensorFlow's CPU allocator keeps a
+    # dropped 64 MiB block mapped; TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1 frees it.
+    block = 64 * 1024 * 1024
+    assert mapped_after_drop() >= block
+    assert mapped_after_drop(TF_ONEDNN_USE_SYSTEM_ALLOCATOR="1") < block // 16
