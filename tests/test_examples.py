@@ -26,12 +26,14 @@ EXPECTED = {
     "serving_http.py": "after loading version 3: [[3.0, 3.0]]",
     "sweep_keras_tuner.py": "left live",
     "sweep_sklearn.py": "after the search:",
+    "sweep_architectures.py": "MobileNetV2: 26 MiB released; RSS ",
     "request_batching.py": "requests per batch",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
     "monitoring.py": ["--cycles", "5"],
     "sweep_keras_tuner.py": ["--trials", "3"],
+    "sweep_architectures.py": ["--archs", "MobileNetV3Small,MobileNetV2", "--side", "32"],
 }
 # Examples that a test of their own runs and whose numbers it checks (the line
 # in EXPECTED included): test_example_runs leaves them to it rather than
