@@ -43,8 +43,6 @@ Run (from the repository root, with the package and psutil installed)::
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import os
 import resource
 import statistics
@@ -54,6 +52,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loop_training import INPUT_DIM, units_for_mib
+from sweep import libc, mallinfo
 
 import _harness
 from _harness import MIB
@@ -73,31 +72,16 @@ PROBE_BYTES = 64 * MIB
 # --------------------------------------------------------------------------- child
 
 
-def mapped_bytes() -> int | None:
-    """Bytes glibc has mapped on their own (``mallinfo2().hblkhd``); None off glibc >= 2.33."""
-    name = ctypes.util.find_library("c")
-    lib = ctypes.CDLL(name) if name else None
-    if lib is None or not hasattr(lib, "mallinfo2"):
-        return None
-
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [(field, ctypes.c_size_t) for field in ("arena", "ordblks", "smblks",
-                    "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                    "keepcost")]  # fmt: skip
-
-    lib.mallinfo2.restype = MallInfo2
-    return int(lib.mallinfo2().hblkhd)
-
-
 def released_tensor_mapped() -> float | None:
     """MiB of a dropped 64 MiB tensor still mapped: about 64 with the pool, 0 without."""
     import tensorflow as tf
 
-    before = mapped_bytes()
+    lib = libc()
+    before = mallinfo(lib)
     tensor = tf.ones([PROBE_BYTES // 4], dtype=tf.float32)
     del tensor
-    after = mapped_bytes()
-    return None if before is None or after is None else (after - before) / MIB
+    after = mallinfo(lib)
+    return None if before is None or after is None else (after["mapped"] - before["mapped"]) / MIB
 
 
 def median_ms(step: Callable[[], Any], count: int) -> float:
