@@ -52,14 +52,12 @@ from collections.abc import Callable
 from typing import Any
 
 from loop_training import INPUT_DIM, units_for_mib
-from sweep import libc, mallinfo
+from sweep import NO_ONEDNN, SYSTEM_ALLOCATOR, libc, mallinfo
 
 import _harness
 from _harness import MIB
 
 VARIANTS = ("pool", "system", "nodnn")
-NO_ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
-SYSTEM_ALLOCATOR = "TF_ONEDNN_USE_SYSTEM_ALLOCATOR"
 SETTINGS = {"pool": {}, "system": {SYSTEM_ALLOCATOR: "1"}, "nodnn": {NO_ONEDNN: "0"}}
 MODELS = ("resnet50", "mlp")
 CLASSES = 10
