@@ -12,8 +12,8 @@ first lines; docs/sweeps.md gives what it costs and what it saves.
 Run: python examples/sweep_architectures.py [--archs MobileNetV2,ResNet50] [--side 96]
      TF_ONEDNN_USE_SYSTEM_ALLOCATOR=0 python examples/sweep_architectures.py  # the pool
 
-Measured on 2 cores (defaults, RSS against the first model's): ResNet50 ended 313 MiB
-under it with the system allocator, 223 MiB over it with the pool.
+Measured on 2 cores, one run each with the defaults: after ResNet50, the RSS was 313
+MiB under the first model's with the system allocator, 223 MiB over it with the pool.
 """
 
 from __future__ import annotations
