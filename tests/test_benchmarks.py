@@ -772,3 +772,23 @@ def test_dispose_benchmark_compares_an_application_with_the_mlp():
     assert int(rows["mobilenetv2"][1]) > 500
     # The plain drop was measured next to the managed MLP.
     assert float(rows["mlp"][-1]) > 0 and rows["mobilenetv2"][-1] == "-"
+
+
+@pytest.mark.subprocess
+@pytest.mark.benchmark
+def test_allocator_benchmark_times_each_setting_and_sees_what_it_does():
+    lines = run_benchmark(
+        "allocator.py", *("--rounds", "1", "--models", "mlp", "--steps", "2", "--calls", "3")
+    )
+    rows = table(lines, "measurement", "pool", "system", "nodnn")
+    assert set(rows) == {"MLP train step ms", "MLP batch-1 call ms", "peak RSS MiB"}
+    for row in rows.values():
+        assert all(float(cell.replace(",", "")) > 0 for cell in row[1:4]), row
+        assert all(re.fullmatch(r"\d+\.\d\dx", cell) for cell in row[4:]), row
+    # Each child's own check of its setting: only the pool keeps a dropped block mapped.
+    kept = {
+        line.split(":")[0].strip(): float(line.rsplit(": ", 1)[1].split()[0])
+        for line in lines
+        if "of a dropped 64 MiB tensor still mapped" in line
+    }
+    assert kept["pool"] >= 60 and kept["system"] < 4 and kept["nodnn"] < 4, kept
