@@ -235,13 +235,19 @@ def add_child_arguments(
     parser.add_argument("--variant", choices=choices, help=argparse.SUPPRESS)
 
 
-def parse_variants(parser: argparse.ArgumentParser, spec: str, choices: Sequence[str]) -> list[str]:
-    """The variants named by a comma-separated ``--variants`` value.
+def parse_variants(
+    parser: argparse.ArgumentParser,
+    spec: str,
+    choices: Sequence[str],
+    option: str = "--variants",
+) -> list[str]:
+    """The variants (or other choices) named by a comma-separated option's value.
 
     Args:
         parser: The script's parser, which reports a bad value (and exits).
-        spec: The value of ``--variants``.
+        spec: The option's value.
         choices: The variants the script knows.
+        option: The option's name, for the error message.
 
     Returns:
         The named variants, in the order given, without repeats.
@@ -249,7 +255,7 @@ def parse_variants(parser: argparse.ArgumentParser, spec: str, choices: Sequence
     variants = [v.strip() for v in spec.split(",") if v.strip()]
     unknown = sorted(set(variants) - set(choices))
     if unknown or not variants:
-        parser.error(f"--variants takes a subset of {','.join(choices)}; got {unknown}")
+        parser.error(f"{option} takes a subset of {','.join(choices)}; got {unknown}")
     return list(dict.fromkeys(variants))
 
 

@@ -249,9 +249,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--timeout must be positive")
     if args.input_size < 32:
         parser.error(f"--input-size must be at least 32 (ResNet50's minimum): {args.input_size}")
-    args.models = list(dict.fromkeys(m.strip() for m in args.models.split(",") if m.strip()))
-    if not args.models or set(args.models) - set(MODELS):
-        parser.error(f"--models takes a subset of {','.join(MODELS)}; got {args.models}")
+    args.models = _harness.parse_variants(parser, args.models, MODELS, "--models")
     args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)
     return args
 
