@@ -61,7 +61,7 @@ exits non-zero if a child fails or times out, and names the failed children.
 Run (from the repository root, with the package and psutil installed)::
 
     python benchmarks/sweep.py --eager          # 3 rounds x 9 variants, 3-10 min per child
-    python benchmarks/sweep.py                  # traced fit steps: over 15 min per child on 2 cores
+    python benchmarks/sweep.py                  # traced fit steps: 5-15 min per child on 2 cores
     python benchmarks/sweep.py --rounds 1 --archs MobileNetV2,ResNet50 --variants plain,managed
 """
 
