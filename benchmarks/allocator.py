@@ -43,7 +43,6 @@ Run (from the repository root, with the package and psutil installed)::
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import sys
@@ -52,7 +51,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loop_training import INPUT_DIM, units_for_mib
-from sweep import NO_ONEDNN, SYSTEM_ALLOCATOR, libc, mallinfo
+from sweep import NO_ONEDNN, SYSTEM_ALLOCATOR, libc, mallinfo, use_settings
 
 import _harness
 from _harness import MIB
@@ -114,25 +113,20 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
         )
         x = rng.standard_normal((args.batch, side, side, 3), dtype=np.float32)
     y = rng.integers(0, CLASSES, size=len(x))
-    started = time.perf_counter()
-    model.train_on_batch(x, y)
-    first = time.perf_counter() - started
-    model.train_on_batch(x, y)
+    for _ in range(2):  # traces the step, then grows the pool or the heap
+        model.train_on_batch(x, y)
     infer = tf.function(lambda rows: model(rows, training=False))
     one = tf.constant(x[:1])
     for _ in range(3):
         infer(one).numpy()
     return {
-        f"{name}_first_s": first,
         f"{name}_train_ms": median_ms(lambda: model.train_on_batch(x, y), args.steps),
         f"{name}_infer_ms": median_ms(lambda: infer(one).numpy(), args.calls),
     }
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    for name in (NO_ONEDNN, SYSTEM_ALLOCATOR):  # TensorFlow's defaults, or the variant's
-        os.environ.pop(name, None)
-    os.environ.update(SETTINGS[variant])
+    use_settings(SETTINGS[variant])
     from tensorflow.python.util import _pywrap_util_port
 
     result: dict[str, Any] = {

@@ -121,6 +121,13 @@ LABELS = {
 }
 
 
+def use_settings(settings: dict[str, str]) -> None:
+    """Run with TensorFlow's defaults but ``settings`` (before TensorFlow is imported)."""
+    for name in (NO_ONEDNN, SYSTEM_ALLOCATOR):
+        os.environ.pop(name, None)
+    os.environ.update(settings)
+
+
 def base_variant(variant: str) -> str:
     """What ``variant`` does, setting aside the setting it runs with."""
     return SETTINGS[variant][0] if variant in SETTINGS else variant
@@ -321,9 +328,7 @@ def probe_trim(lib: ctypes.CDLL) -> dict[str, Any]:
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     base = base_variant(variant)
-    for name in (NO_ONEDNN, SYSTEM_ALLOCATOR):  # TensorFlow's defaults, or the variant's
-        os.environ.pop(name, None)
-    os.environ.update(SETTINGS[variant][1] if variant in SETTINGS else {})
+    use_settings(SETTINGS[variant][1] if variant in SETTINGS else {})
 
     import lifecycle as lc
     from lifecycle import _tf
