@@ -371,6 +371,21 @@ def test_the_serving_call_benchmark_compares_each_way_with_tf_function(load_scri
     module._harness.render_table(module.HEADER, list(rows.values()))
 
 
+def test_the_worker_hop_benchmark_compares_each_way_with_the_lifecycle_pool(load_script):
+    module = load_script("worker_hop.py")
+    ways = {way: [(20e-6, 40_000.0), (40e-6, 20_000.0)] for way in module.WAYS}
+    ways["ThreadPoolExecutor"] = [(50e-6, 16_000.0), (60e-6, 14_000.0)]
+    rows = {row[2]: row for row in module.rows("uvloop", {16: ways})}
+    assert list(rows) == list(module.WAYS)
+    assert rows["lifecycle pool"] == [
+        "uvloop", "16", "lifecycle pool", "30.0 (20.0-40.0)", "1.00x (1.00-1.00)",
+        "30,000 (20,000-40,000)",
+    ]  # fmt: skip
+    # Ratios are taken within each round: 50/20 and 60/40.
+    assert rows["ThreadPoolExecutor"][3:5] == ["55.0 (50.0-60.0)", "2.00x (1.50-2.50)"]
+    module._harness.render_table(module.HEADER, list(rows.values()))
+
+
 def test_the_batching_benchmark_says_when_the_ceiling_puts_a_target_out_of_reach(load_script):
     module = load_script("batching.py")
 
@@ -751,6 +766,26 @@ def test_serving_call_benchmark_times_every_way_against_tf_function():
         assert re.fullmatch(r"\d+ \(\d+-\d+\)", row[2]), row
         for ratio in row[3:]:
             assert re.fullmatch(r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\)", ratio), row
+
+
+@pytest.mark.subprocess
+@pytest.mark.benchmark
+def test_worker_hop_benchmark_measures_every_way_on_both_loops():
+    lines = run_benchmark(
+        "worker_hop.py", *("--rounds", "2", "--seconds", "0.1", "--clients", "1,4")
+    )
+    rows = [split_cells(line) for line in lines if line.startswith(("asyncio ", "uvloop "))]
+    assert [row[:3] for row in rows] == [
+        [loop, clients, way]
+        for loop in ("asyncio", "uvloop")
+        for clients in ("1", "4")
+        for way in ("lifecycle pool", "ThreadPoolExecutor", "asyncio.to_thread", "anyio to_thread")
+    ]
+    for row in rows:
+        assert re.fullmatch(r"\d+\.\d \(\d+\.\d-\d+\.\d\)", row[3]), row
+        assert re.fullmatch(r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d\)", row[4]), row
+        assert float(row[5].split()[0].replace(",", "")) > 0, row
+    assert {row[4] for row in rows if row[2] == "lifecycle pool"} == {"1.00x (1.00-1.00)"}
 
 
 @pytest.mark.subprocess

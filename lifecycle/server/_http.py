@@ -99,7 +99,11 @@ class _Workers:
     """Daemon threads taking blocking calls from a queue, started on demand.
 
     At most ``limit`` threads (anyio's default for its pool); a thread idle
-    for ``idle_seconds`` ends, so a quiet server holds none.
+    for ``idle_seconds`` ends, so a quiet server holds none. Not a
+    ``ThreadPoolExecutor``: its ``run_in_executor`` round trip (a
+    ``concurrent.futures.Future`` and a wrapping future per call) took 1.4-2.6x
+    this pool's CPU, and drops a queued call whose request is cancelled
+    (``benchmarks/worker_hop.py``, docs/benchmarks.md).
     """
 
     def __init__(self, limit: int = 40, idle_seconds: float = 10.0) -> None:
