@@ -464,12 +464,26 @@ def test_the_fast_path_feeds_dict_inputs_in_the_traced_order(monkeypatch):
     model.dispose()
 
 
-def test_a_call_that_does_not_fit_the_signature_leaves_the_function_usable_by_other_threads():
-    """A bare tf.function keeps its lock after such a call: other threads then wait forever."""
+@pytest.mark.parametrize(
+    ("signature", "error"),
+    [
+        (tf.TensorSpec([None, 8], tf.float32), (TypeError, "Binding inputs")),
+        # No signature: the call traces anew and its trace fails in Keras.
+        (None, (ValueError, "in user code")),
+    ],
+    ids=["signature", "no-signature"],
+)
+def test_a_call_that_does_not_fit_leaves_the_function_usable_by_other_threads(signature, error):
+    """A bare tf.function with a signature keeps its lock after such a call (TF 2.21).
+
+    Other threads would then wait forever; the serving function calls the
+    signature's concrete function instead. Without a signature the polymorphic
+    function's failed trace releases the lock.
+    """
     model = functional()
-    serve = lc.serving_function(model, tf.TensorSpec([None, 8], tf.float32))
-    with pytest.raises(TypeError, match="Binding inputs"):
-        serve(np.zeros((1, 3), "float32"))
+    serve = lc.serving_function(model, signature)
+    with pytest.raises(error[0], match=error[1]):
+        serve(np.zeros((3,) if signature is None else (1, 3), "float32"))
     answers = []
     other = threading.Thread(target=lambda: answers.append(serve(tf.constant(X))))
     other.start()
