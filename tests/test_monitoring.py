@@ -144,6 +144,9 @@ def test_prometheus_exposition_parses_back_and_follows_the_statistics():
     assert after[("lifecycle_process_resident_memory_bytes", ())] > 0
     assert "# TYPE lifecycle_collection_seconds_total counter" in text
     assert "# TYPE lifecycle_trims_total counter" in text
+    assert after[("lifecycle_kernel_cache_clears_total", ())] == (
+        lc.statistics(count_graphs=False).kernel_cache_clears
+    )
 
 
 def test_prometheus_reports_registry_versions_and_serves_on_loopback():

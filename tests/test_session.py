@@ -645,10 +645,13 @@ def test_activate_shares_an_open_session_with_worker_threads():
 def kernel_cache(monkeypatch):
     """A fresh kernel-cache policy (threshold 4), and a list of the clears it ordered."""
     from lifecycle import _core, _disposal, _session
+    from lifecycle.monitoring import _statistics
 
+    # The self-check clears the cache once, at its first run: not one of the policy's.
+    _tf.check_compatibility()
     policy = _core.KernelCachePolicy(threshold=4)
-    monkeypatch.setattr(_session, "KERNEL_CACHE", policy)
-    monkeypatch.setattr(_disposal, "KERNEL_CACHE", policy)
+    for module in (_session, _disposal, _statistics):
+        monkeypatch.setattr(module, "KERNEL_CACHE", policy)
     cleared = []
     monkeypatch.setattr(_tf.memory, "clear_kernel_cache", lambda: cleared.append(1))
     return policy, cleared
@@ -677,6 +680,7 @@ def test_collections_clear_the_kernel_cache_after_releases_not_after_allocations
         assert session.statistics().cleaner.collections == collections + 1
         assert cleared == [1]
         assert policy.statistics().pending_buffers == 0
+        assert lc.statistics(count_graphs=False).kernel_cache_clears == 1
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")

@@ -127,6 +127,7 @@ def statistics_rows(lc: types.ModuleType) -> list[tuple[str, str]]:
         ("live traced graphs", f"{stats.live_traced_graphs}"),
         ("collections (time)", f"{stats.collections} ({stats.collection_seconds * 1000:.0f} ms)"),
         ("heap trims (time)", f"{stats.trims} ({stats.trim_seconds * 1000:.0f} ms)"),
+        ("kernel-cache clears", f"{stats.kernel_cache_clears}"),
         ("cleaner queue", f"{stats.cleaner_queue}"),
         ("process RSS", "-" if stats.rss_bytes is None else f"{stats.rss_bytes / MiB:.1f} MiB"),
     ]

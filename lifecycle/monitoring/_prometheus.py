@@ -107,6 +107,11 @@ class LifecycleCollector:
             stats.trims,
         )
         yield counter("lifecycle_trim_seconds", "Time spent in those trims.", stats.trim_seconds)
+        yield counter(
+            "lifecycle_kernel_cache_clears",
+            "Collections that also cleared TensorFlow's eager kernel cache.",
+            stats.kernel_cache_clears,
+        )
         yield gauge("lifecycle_cleaner_queue", "Cleanup tasks waiting.", stats.cleaner_queue)
         if stats.rss_bytes is not None:
             yield gauge(

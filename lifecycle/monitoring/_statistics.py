@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from .. import _tf
-from .._core import LIVE_MODELS, PROCESS, all_cleaners
+from .._core import KERNEL_CACHE, LIVE_MODELS, PROCESS, all_cleaners
 
 __all__ = ["DeviceMemory", "Statistics", "statistics"]
 
@@ -30,8 +30,8 @@ class Statistics:
     """A snapshot of the whole process (see :func:`statistics`).
 
     Counters (``models_*``, ``bytes_released``, ``collections``,
-    ``collection_seconds``, ``trims``, ``trim_seconds``) only grow; the others
-    are levels.
+    ``collection_seconds``, ``trims``, ``trim_seconds``,
+    ``kernel_cache_clears``) only grow; the others are levels.
 
     Attributes:
         live_models: Managed models neither disposed nor cleaned up.
@@ -49,6 +49,9 @@ class Statistics:
         trims: Times cleaners handed the C heap's free memory back to the
             system (``malloc_trim(0)``).
         trim_seconds: Time spent in those trims.
+        kernel_cache_clears: Collections that also cleared TensorFlow's eager
+            kernel cache (process-wide; once managed models released 32
+            buffers since the last clear).
         cleaner_queue: Cleanup tasks waiting, in every cleaner.
         rss_bytes: Resident set size of the process (``None`` where unknown).
         device_memory: Per-GPU allocation, where TensorFlow reports it.
@@ -66,6 +69,7 @@ class Statistics:
     collection_seconds: float
     trims: int
     trim_seconds: float
+    kernel_cache_clears: int
     cleaner_queue: int
     rss_bytes: int | None
     device_memory: tuple[DeviceMemory, ...]
@@ -106,6 +110,7 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
         collection_seconds=float(totals.get("collection_seconds", 0.0)),
         trims=int(totals.get("trims", 0)),
         trim_seconds=float(totals.get("trim_seconds", 0.0)),
+        kernel_cache_clears=KERNEL_CACHE.statistics().clears,
         cleaner_queue=sum(cleaner.statistics().queued for cleaner in all_cleaners()),
         rss_bytes=_tf.memory.rss_bytes(),
         device_memory=tuple(DeviceMemory(*entry) for entry in _tf.memory.device_memory()),
