@@ -465,15 +465,17 @@ def test_the_fast_path_feeds_dict_inputs_in_the_traced_order(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("signature", "error"),
+    ("signature", "bad_shape", "error", "message"),
     [
-        (tf.TensorSpec([None, 8], tf.float32), (TypeError, "Binding inputs")),
+        (tf.TensorSpec([None, 8], tf.float32), (1, 3), TypeError, "Binding inputs"),
         # No signature: the call traces anew and its trace fails in Keras.
-        (None, (ValueError, "in user code")),
+        (None, (3,), ValueError, "in user code"),
     ],
     ids=["signature", "no-signature"],
 )
-def test_a_call_that_does_not_fit_leaves_the_function_usable_by_other_threads(signature, error):
+def test_a_call_that_does_not_fit_leaves_the_function_usable_by_other_threads(
+    signature, bad_shape, error, message
+):
     """A bare tf.function with a signature keeps its lock after such a call (TF 2.21).
 
     Other threads would then wait forever; the serving function calls the
@@ -482,8 +484,8 @@ def test_a_call_that_does_not_fit_leaves_the_function_usable_by_other_threads(si
     """
     model = functional()
     serve = lc.serving_function(model, signature)
-    with pytest.raises(error[0], match=error[1]):
-        serve(np.zeros((3,) if signature is None else (1, 3), "float32"))
+    with pytest.raises(error, match=message):
+        serve(np.zeros(bad_shape, "float32"))
     answers = []
     other = threading.Thread(target=lambda: answers.append(serve(tf.constant(X))))
     other.start()
