@@ -180,6 +180,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_ints(text: str) -> list[int]:
+    """An ``argparse`` type: comma-separated integers of at least 1, in order.
+
+    Raises:
+        argparse.ArgumentTypeError: If one of them is not an integer of at least 1.
+    """
+    return [positive_int(part) for part in text.split(",")]
+
+
 def argument_parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser described by the first paragraph of a script's docstring.
 

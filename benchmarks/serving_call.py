@@ -149,7 +149,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _harness.argument_parser(__doc__)
     parser.add_argument(
         "--units",
-        type=lambda text: [_harness.positive_int(part) for part in text.split(",")],
+        type=_harness.positive_ints,
         default=[64, 2048],
         help="comma-separated hidden widths, one model each",
     )

@@ -166,7 +166,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _harness.argument_parser(__doc__)
     parser.add_argument(
         "--clients",
-        type=lambda text: [_harness.positive_int(part) for part in text.split(",")],
+        type=_harness.positive_ints,
         default=[1, 16],
         help="comma-separated counts of concurrent callers",
     )
