@@ -22,14 +22,15 @@ def _run_child(
     timeout: float = 240,
     env: dict[str, str] | None = None,
     private_network: bool = False,
+    python_options: tuple[str, ...] = (),
 ) -> str:
     """Run Python code in a fresh interpreter; fail the test on a crash or non-zero exit.
 
     Crashes (segfaults) show as a negative return code, which fails the test
-    with the child's output.
+    with the child's output. ``python_options`` go before ``-c`` (``("-W", "error")``).
     """
     child_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
-    args = [sys.executable, "-c", textwrap.dedent(code)]
+    args = [sys.executable, *python_options, "-c", textwrap.dedent(code)]
     try:
         if private_network:
             # Local clusters: TensorFlow's servers listen on every interface,

@@ -410,3 +410,70 @@ def test_the_first_check_leaves_the_global_random_generators_as_it_found_them(ru
         """
     )
     assert "same: True" in out
+
+
+@pytest.mark.subprocess
+def test_the_library_works_under_warnings_as_errors(run_child):
+    """`python -W error`: manage, fit, dispose, a registry's load and a served request.
+
+    The self-check's probes raise deprecations of Keras and NumPy 2 (pickling
+    a model); they must not reach a user's warning filter.
+    """
+    out = run_child(
+        """
+        import threading, time, socket
+        import numpy as np, keras, uvicorn, httpx, grpc, tensorflow as tf
+        from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+        import lifecycle as lc
+        from lifecycle.server import ModelService, ServerConfig, build_app, build_grpc_server
+
+        def factory():
+            x = keras.Input((3,), name="features")
+            return keras.Model(x, keras.layers.Dense(2, bias_initializer="ones")(x))
+
+        model = lc.manage(factory())
+        model.compile(optimizer="adam", loss="mse")
+        model.fit(np.zeros((8, 3)), np.zeros((8, 2)), epochs=1, verbose=0)
+        assert model.dispose().bytes_released > 0
+
+        def port():
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                return sock.getsockname()[1]
+
+        config = ServerConfig.from_flags(rest_api_port=port(), port=port())
+        with lc.ModelRegistry() as registry:
+            registry.load("m", 1, factory)
+            service = ModelService(registry, config)
+            server = uvicorn.Server(uvicorn.Config(
+                build_app(registry, config, service=service), host="127.0.0.1",
+                port=config.rest_api_port, log_level="warning"))
+            thread = threading.Thread(target=server.run, daemon=True)
+            thread.start()
+            deadline = time.monotonic() + 60
+            while not server.started:
+                assert thread.is_alive() and time.monotonic() < deadline
+                time.sleep(0.05)
+            grpc_server = build_grpc_server(service, config)
+            grpc_server.start()
+            try:
+                url = f"http://127.0.0.1:{config.rest_api_port}"
+                rows = httpx.post(f"{url}/v1/models/m:predict", json={"instances": [[0, 0, 0]]})
+                assert rows.json() == {"predictions": [[1.0, 1.0]]}, rows.text
+                request = predict_pb2.PredictRequest()
+                request.model_spec.name = "m"
+                zeros = tf.make_tensor_proto(np.zeros((1, 3), "float32"))
+                request.inputs["features"].CopyFrom(zeros)
+                with grpc.insecure_channel(f"127.0.0.1:{config.grpc_port}") as channel:
+                    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+                    answer = stub.Predict(request, timeout=30)
+                assert tf.make_ndarray(answer.outputs["output_0"]).tolist() == [[1.0, 1.0]]
+            finally:
+                grpc_server.stop(5).wait(30)
+                server.should_exit = True
+                thread.join(30)
+        print("ok under -W error")
+        """,
+        python_options=("-W", "error"),
+    )
+    assert "ok under -W error" in out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 import random
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -408,12 +409,20 @@ def _run_checks_in_clean_thread() -> tuple[str, BaseException] | None:
     failure: list[tuple[str, BaseException]] = []
 
     def run() -> None:
-        for name, check in _CHECKS:
-            try:
-                check()
-            except Exception as exc:  # any failure means the internal moved
-                failure.append((name, exc))
-                return
+        # The probes' own warnings are not the user's: under `-W error` (or
+        # pytest's `filterwarnings = error`) a deprecation that Keras or NumPy
+        # raises inside a probe (NumPy 2's `__array__` without `copy` while
+        # Keras pickles) would read as a moved internal. Before Python 3.14 the
+        # filters are process-wide, so other threads' warnings are ignored too
+        # while the checks run: once per process, while the caller waits.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, check in _CHECKS:
+                try:
+                    check()
+                except Exception as exc:  # any failure means the internal moved
+                    failure.append((name, exc))
+                    return
 
     thread = threading.Thread(target=run, name="lifecycle-self-check")
     thread.start()
