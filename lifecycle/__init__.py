@@ -25,6 +25,7 @@ from ._registry import ModelRegistry as ModelRegistry
 from ._registry import NamedTensorSpec as NamedTensorSpec
 from ._registry import RegistryStatistics as RegistryStatistics
 from ._registry import ScanReport as ScanReport
+from ._registry import ServingLease as ServingLease
 from ._registry import ServingSignature as ServingSignature
 from ._registry import SwapPolicy as SwapPolicy
 from ._registry import VersionPolicy as VersionPolicy
@@ -95,6 +96,7 @@ __all__ = [
     "RegistryStatistics",
     "ScanReport",
     "ServingFunction",
+    "ServingLease",
     "ServingSignature",
     "SessionState",
     "SessionStatistics",

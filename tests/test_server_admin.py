@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import keras
 import numpy as np
 import pytest
 import tritonclient.http as triton
@@ -190,14 +191,42 @@ def test_a_label_in_the_route_is_not_removed(admin):
     assert "change or remove the route first" in response.json()["error"]
 
 
+def model_with_input(name: str, value: float) -> keras.Model:
+    """``constant_model`` with its one input named ``name``."""
+    x = keras.Input((3,), name=name)
+    dense = keras.layers.Dense(
+        2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
+    )
+    return keras.Model(x, dense(x))
+
+
+def test_a_split_between_versions_whose_inputs_differ_decodes_each_request_for_its_version():
+    """Every request is read by the input names of the version that runs it (one lease)."""
+    config = ServerConfig.from_flags(rest_api_port=free_port())
+    with lc.ModelRegistry(name="split") as registry:
+        registry.load("m", 1, lambda: model_with_input("features", 1.0))
+        registry.load("m", 2, lambda: model_with_input("x", 2.0))
+        registry.route("m", {1: 1.0, 2: 1.0})
+        with running(registry, config) as url, httpx.Client(base_url=url, timeout=30) as client:
+            answered = []
+            for i in range(40):
+                for body in ({"instances": [[0.0, 0.0, 0.0]]}, {"inputs": [[0.0, 0.0, 0.0]]}):
+                    sticky = {"X-Lifecycle-Key": f"user-{i}"}
+                    for headers in ({}, sticky):
+                        response = client.post("/v1/models/m:predict", json=body, headers=headers)
+                        assert response.status_code == 200, response.text
+                        answered.append(int(np.ravel(next(iter(response.json().values())))[0]))
+    assert set(answered) == {1, 2}
+
+
 # -- bearer tokens ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("headers", "fragment"),
     [
-        ({}, "need the header 'Authorization: Bearer <token>'"),
-        ({"Authorization": "Basic czNjcmV0"}, "need the header"),
+        ({}, "is an admin call: it needs 'Authorization: Bearer <token>'"),
+        ({"Authorization": "Basic czNjcmV0"}, "it needs 'Authorization: Bearer <token>'"),
         ({"Authorization": "Bearer wrong"}, "not the server's --admin_token"),
         ({"Authorization": f"Bearer {TOKEN}x"}, "not the server's --admin_token"),
     ],

@@ -407,6 +407,81 @@ def test_bad_reload_configs_are_refused_with_a_message(models, text, code, fragm
     assert fragment in caught.value.details()
 
 
+# -- admin calls over gRPC: the one authorization -------------------------------------
+
+TOKEN = "s3cret-token"
+
+
+def test_reload_config_takes_the_admin_token(tmp_path):
+    save(constant_model(1.0), tmp_path / "a", 1)
+    save(constant_model(2.0), tmp_path / "b", 1)
+    config = ServerConfig.from_flags(
+        port=free_port(), model_name="a", model_base_path=str(tmp_path / "a"), admin_token=TOKEN
+    )
+    only_b = reload_request(
+        f'model_config_list {{ config {{ name: "b" base_path: "{tmp_path / "b"}" }} }}'
+    )
+    with lc.ModelRegistry(name="reload-token") as registry, grpc_running(registry, config) as chan:
+        models = model_service_pb2_grpc.ModelServiceStub(chan)
+        for metadata, fragment in [
+            ((), "needs 'Authorization: Bearer <token>'"),
+            ((("authorization", "Basic czNjcmV0"),), "needs 'Authorization: Bearer <token>'"),
+            ((("authorization", "Bearer wrong"),), "not the server's --admin_token"),
+        ]:
+            with pytest.raises(grpc.RpcError) as caught:
+                models.HandleReloadConfigRequest(only_b, metadata=metadata, timeout=TIMEOUT)
+            assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert fragment in caught.value.details()
+            assert {s.name for s in registry.status()} == {"a"}  # nothing changed
+        # Reading needs no token.
+        status = models.GetModelStatus(status_request("a"), timeout=TIMEOUT)
+        assert status.model_version_status[0].version == 1
+        models.HandleReloadConfigRequest(
+            only_b, metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=TIMEOUT
+        )
+        assert {s.name for s in registry.status()} == {"b"}
+
+
+def test_with_the_admin_api_turned_off_reload_config_is_permission_denied(tmp_path):
+    save(constant_model(1.0), tmp_path / "a", 1)
+    config = ServerConfig.from_flags(
+        port=free_port(), model_name="a", model_base_path=str(tmp_path / "a"), admin_api=False
+    )
+    nothing = reload_request("model_config_list { }")
+    with lc.ModelRegistry(name="reload-off") as registry, grpc_running(registry, config) as chan:
+        models = model_service_pb2_grpc.ModelServiceStub(chan)
+        with pytest.raises(grpc.RpcError) as caught:
+            models.HandleReloadConfigRequest(nothing, timeout=TIMEOUT)
+        assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert "turned off on this server (--no_admin_api)" in caught.value.details()
+        assert {s.name for s in registry.status()} == {"a"}  # not unloaded
+        predictions = prediction_service_pb2_grpc.PredictionServiceStub(chan)
+        answer = predictions.Predict(predict_request("a", ZEROS), timeout=TIMEOUT)
+        assert outputs(answer) == {"output_0": [[1.0, 1.0]]}  # requests are served
+
+
+def test_a_sticky_key_in_grpc_metadata_keeps_its_version(tmp_path):
+    config = ServerConfig.from_flags(port=free_port())
+    with lc.ModelRegistry(name="grpc-sticky") as registry:
+        registry.load("m", 1, lambda: constant_model(1.0))
+        registry.load("m", 2, lambda: constant_model(2.0))
+        registry.route("m", {1: 1.0, 2: 1.0})
+        with grpc_running(registry, config) as chan:
+            predictions = prediction_service_pb2_grpc.PredictionServiceStub(chan)
+            chosen = {}
+            for i in range(30):
+                metadata = (("x-lifecycle-key", f"user-{i}"),)
+                answers = {
+                    predictions.Predict(
+                        predict_request("m", ZEROS), metadata=metadata, timeout=TIMEOUT
+                    ).model_spec.version.value
+                    for _ in range(3)
+                }
+                assert len(answers) == 1, f"key user-{i} was answered by versions {answers}"
+                chosen[i] = answers.pop()
+    assert set(chosen.values()) == {1, 2}
+
+
 # -- configuration ----------------------------------------------------------------------
 
 

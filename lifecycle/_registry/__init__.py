@@ -6,6 +6,7 @@ concern, named in its docstring.
 
 from .._core._batcher import BatchingPolicy as BatchingPolicy
 from .._core._batcher import BatchingStatistics as BatchingStatistics
+from ._lease import ServingLease as ServingLease
 from ._registry import ModelRegistry as ModelRegistry
 from ._signature import Inference as Inference
 from ._signature import NamedTensorSpec as NamedTensorSpec
@@ -28,6 +29,7 @@ __all__ = [
     "NamedTensorSpec",
     "RegistryStatistics",
     "ScanReport",
+    "ServingLease",
     "ServingSignature",
     "SwapPolicy",
     "VersionPolicy",

@@ -39,6 +39,7 @@ from .._model import ManagedModel
 from .._session import LifecycleSession, freeze_heap
 from ..errors import BudgetExceededError, LifecycleError, LoadError
 from ._building import build_version, factory_of, warmup_of
+from ._lease import ServingLease
 from ._retiring import Retirement
 from ._signature import Inference, ServingSignature
 from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
@@ -477,18 +478,70 @@ class ModelRegistry:
             raise TypeError(
                 f"`inputs` must be a mapping of input names to values. Received: {inputs!r}"
             )
+        with self.serving(name, version=version, label=label, key=key) as lease:
+            return lease.infer(inputs)
+
+    @contextlib.contextmanager
+    def serving(
+        self,
+        name: str,
+        *,
+        version: int | None = None,
+        label: str | None = None,
+        key: str | bytes | int | None = None,
+    ) -> Iterator[ServingLease]:
+        """Hold the version a request resolves to, for decoding, running and answering it.
+
+        The version is chosen once, as :meth:`lease` chooses it; the lease's
+        ``signature`` is that version's, and its ``infer`` runs on that
+        version. A server decodes a request against ``lease.signature`` and
+        runs it with ``lease.infer`` in one ``with`` block, so that a route
+        between versions whose inputs differ never decodes against one version
+        and runs on another.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+            UnavailableError: No routable version appeared within ``lease_timeout``.
+
+        Example:
+            >>> import keras, lifecycle as lc
+            >>> def factory():
+            ...     x = keras.Input((2,), name="x")
+            ...     return keras.Model(x, keras.layers.Dense(1)(x))
+            >>> with lc.ModelRegistry() as registry:
+            ...     _ = registry.load("risk", 1, factory)
+            ...     with registry.serving("risk") as lease:
+            ...         names = [spec.name for spec in lease.signature.inputs]
+            ...         answer = lease.infer({names[0]: [[1.0, 2.0]]})
+            ...     (lease.version, answer.outputs["output_0"].shape)
+            (1, (1, 1))
+        """
         loaded = self._acquire(name, version, label, key)
         try:
-            signature = loaded.signature
-            assert signature is not None and loaded.serve is not None
-            outputs = signature.name_outputs(loaded.serve(signature.feed(inputs)))
-            return Inference(
-                name=name,
-                version=loaded.version,
-                outputs={k: v.numpy() for k, v in outputs.items()},
-            )
+            assert loaded.signature is not None
+            lease = ServingLease(name, loaded.version, loaded.signature, loaded=loaded)
+            try:
+                yield lease
+            finally:
+                lease._return()
         finally:
             self._release(loaded)
+
+    def peek(
+        self, name: str, *, version: int | None = None, label: str | None = None
+    ) -> tuple[int, ServingSignature]:
+        """The version a request would get now, and its signature, read together (no lease).
+
+        For metadata: the version number and the signature come from one
+        resolution. Chooses the version as :meth:`lease` does, without a route key.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+            UnavailableError: No version is routable yet.
+        """
+        loaded = self._table.peek(name, version, label)
+        assert loaded.signature is not None
+        return loaded.version, loaded.signature
 
     def signature(
         self, name: str, *, version: int | None = None, label: str | None = None

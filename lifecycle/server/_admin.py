@@ -10,17 +10,14 @@
     DELETE /v1/admin/models/{m}/route
 
 Every answer is the model's versions as ``GET`` gives them (the registry's
-``status()``). Admin calls, these and KServe's repository load and unload, need
+``status()``). Every admin call passes the one check of ``_auth`` (as KServe's
+repository load and unload and TensorFlow Serving's gRPC reload do): it needs
 ``Authorization: Bearer <token>`` when the server has an admin token; without
-one, the configuration admits them only on a loopback address.
-
-This module also reads a request's sticky routing key from its header, for the
-protocol adapters.
+one, the configuration admits admin calls only on a loopback address.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from typing import Any
 
@@ -29,44 +26,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .._registry import VersionStatus
+from ._auth import authorize_http
 from ._config import ServerConfig
-from ._errors import AdminDisabledError, BadRequestError, UnauthorizedError
+from ._errors import BadRequestError
 from ._http import blocking, json_response, read_json
 from ._service import ModelService
 
-__all__ = ["ADMIN_PATH", "authorize", "routes", "sticky_key"]
+__all__ = ["ADMIN_PATH", "routes"]
 
 ADMIN_PATH = "/v1/admin/models"
-
-
-def authorize(request: Request, config: ServerConfig) -> None:
-    """Let an admin call through, or raise.
-
-    Raises:
-        AdminDisabledError: The server runs with ``--no_admin_api``.
-        UnauthorizedError: The server has a token and the request does not
-            carry it as ``Authorization: Bearer <token>``.
-    """
-    if not config.admin_api:
-        raise AdminDisabledError(
-            f"The admin API is turned off on this server (--no_admin_api): "
-            f"{request.method} {request.url.path} is refused."
-        )
-    if config.admin_token is None:
-        return  # bound to loopback: ServerConfig refuses anything else without a token
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise UnauthorizedError(
-            "Admin calls need the header 'Authorization: Bearer <token>', with the "
-            "server's --admin_token."
-        )
-    if not hmac.compare_digest(token.strip().encode(), config.admin_token.encode()):
-        raise UnauthorizedError("The bearer token is not the server's --admin_token.")
-
-
-def sticky_key(request: Request, config: ServerConfig) -> str | None:
-    """The request's sticky routing key: its ``sticky_key_header``, if not empty."""
-    return request.headers.get(config.sticky_key_header) or None
 
 
 def routes(service: ModelService, config: ServerConfig) -> list[Route]:
@@ -77,7 +45,7 @@ def routes(service: ModelService, config: ServerConfig) -> list[Route]:
         call: Callable[[Request, Any], tuple[VersionStatus, ...]], *, body: bool = False
     ) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
-            authorize(request, config)
+            authorize_http(request, config)
             content = await read_json(request, limit) if body else None
             statuses = await blocking(call, request, content)
             return json_response(_versions_body(request.path_params["name"], statuses))

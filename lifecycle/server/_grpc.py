@@ -36,6 +36,7 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
+from ._auth import AdminInterceptor, grpc_sticky_key
 from ._config import ServerConfig, served_models
 from ._errors import BadRequestError, error_status, wire_message
 from ._service import ModelService
@@ -92,6 +93,9 @@ def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Serve
             # server on the same port must fail, as the HTTP one does.
             ("grpc.so_reuseport", 0),
         ],
+        # Admin calls (a reload here, KServe's repository load and unload) pass
+        # the one check every transport runs: the token, and --no_admin_api.
+        interceptors=[AdminInterceptor(config)],
     )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         _PredictionService(service), server
@@ -150,18 +154,19 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(
         self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
     ) -> predict_pb2.PredictResponse:
-        return _answer(context, "Predict", lambda: self._predict(request))
+        key = grpc_sticky_key(context, self._service.config)
+        return _answer(context, "Predict", lambda: self._predict(request, key))
 
-    def _predict(self, request: predict_pb2.PredictRequest) -> predict_pb2.PredictResponse:
+    def _predict(
+        self, request: predict_pb2.PredictRequest, key: str | None
+    ) -> predict_pb2.PredictResponse:
         name, version, label = _spec(request.model_spec)
         _check_signature_name(request.model_spec)
         wanted = list(request.output_filter)
-        if wanted:
-            signature = self._service.serving_signature(name, version, label)
-            _check_outputs(wanted, [spec.name for spec in signature.outputs])
         inputs = {key: _ndarray(key, proto) for key, proto in request.inputs.items()}
-        result = self._service.infer(name, inputs, version, label)
-        _check_outputs(wanted, list(result.outputs))  # the version may have changed since
+        with self._service.request(name, version, label, key) as lease:
+            _check_outputs(wanted, [spec.name for spec in lease.signature.outputs])
+            result = lease.infer(inputs)
         response = predict_pb2.PredictResponse()
         response.model_spec.name = name
         response.model_spec.version.value = result.version

@@ -26,7 +26,8 @@ from starlette.routing import Route
 
 from .._registry import VersionState
 from ..errors import UnknownModelError
-from ._admin import authorize, sticky_key
+from ._auth import authorize_http as authorize
+from ._auth import http_sticky_key as sticky_key
 from ._errors import BadRequestError
 from ._http import blocking, json_response, read_json
 from ._service import ModelService

@@ -18,6 +18,7 @@ import attrs
 from .._registry import (
     Inference,
     ModelRegistry,
+    ServingLease,
     ServingSignature,
     VersionState,
     VersionStatus,
@@ -112,34 +113,55 @@ class ModelService:
     def signature(
         self, name: str, version: int | None = None, label: str | None = None
     ) -> tuple[int, ServingSignature]:
-        """The version a request would get, and its serving signature.
+        """The version a request would get, and its serving signature, from one resolution.
+
+        For metadata; a request decodes against the signature of the version
+        that serves it (:meth:`request`).
 
         Raises:
             UnknownModelError: No such model, version or label.
         """
-        signature = self.serving_signature(name, version, label)
-        if version is None:
-            version = self._serving_version(name, label)
-        return version, signature
+        return self.registry.peek(name, version=version, label=label)
 
     def serving_signature(
         self, name: str, version: int | None = None, label: str | None = None
     ) -> ServingSignature:
-        """The serving signature a request would get, without looking up which version that is.
+        """The serving signature a request would get now, for metadata.
 
-        Cheaper than :meth:`signature` (no status of the model's versions is
-        gathered): what a request path needs to read its inputs by name.
+        Never decode a request with it: with a route, the version that serves
+        the request may be another (:meth:`request` holds that one).
 
         Raises:
             UnknownModelError: No such model, version or label.
         """
         return self.registry.signature(name, version=version, label=label)
 
-    def _serving_version(self, name: str, label: str | None) -> int:
-        for status in self.registry.status(name):
-            if (label in status.labels) if label is not None else status.default:
-                return status.version
-        raise UnknownModelError(f"Model {name!r} has no version ready to serve.")
+    def request(
+        self,
+        name: str,
+        version: int | None = None,
+        label: str | None = None,
+        key: str | None = None,
+    ) -> contextlib.AbstractContextManager[ServingLease]:
+        """Hold the version that serves one request, from decoding to the answer.
+
+        Adapters decode the request against ``lease.signature`` and run it with
+        ``lease.infer`` inside the ``with`` block: one resolution of the
+        route per request, so an A/B split between versions whose inputs
+        differ decodes every request against the version that runs it.
+
+        Args:
+            name: The model.
+            version: Serve this version.
+            label: Serve the version this label points to.
+            key: The request's sticky routing key: with a route, the same key
+                always gets the same version.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+            UnavailableError: No routable version appeared in time.
+        """
+        return self.registry.serving(name, version=version, label=label, key=key)
 
     def infer(
         self,
@@ -149,15 +171,14 @@ class ModelService:
         label: str | None = None,
         key: str | None = None,
     ) -> Inference:
-        """Run a request with named inputs on the version it resolves to.
+        """Run a request with named inputs on the version it resolves to (one resolution).
 
         Args:
             name: The model.
             inputs: ``{input name: values}``.
             version: Serve this version.
             label: Serve the version this label points to.
-            key: The request's sticky routing key: with a route, the same key
-                always gets the same version.
+            key: The request's sticky routing key.
 
         Raises:
             UnknownModelError: No such model, version or label.

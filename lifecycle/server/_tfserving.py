@@ -28,7 +28,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 
 from .._registry import ServingSignature, VersionState, VersionStatus
-from ._admin import sticky_key
+from ._auth import http_sticky_key
 from ._errors import BadRequestError
 from ._http import blocking, json_response, read_json
 from ._service import ModelService
@@ -78,7 +78,7 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
                 f"received {request.url.path!r}."
             )
         body = await read_json(request, max_request_bytes)
-        key = sticky_key(request, service.config)
+        key = http_sticky_key(request, service.config)
         return json_response(await blocking(_predict, service, name, version, label, body, key))
 
     return [Route("/v1/models/{path:path}", models, methods=["GET", "POST"])]
@@ -164,12 +164,16 @@ def _predict(
             "The request must have exactly one of 'instances' (row format) or "
             "'inputs' (columnar format)."
         )
-    signature = service.serving_signature(name, version, label)
-    names = [spec.name for spec in signature.inputs]
     rows = "instances" in body
-    inputs = _from_rows(body["instances"], names) if rows else _from_columns(body["inputs"], names)
-    inputs = {key: _decode_b64(value) for key, value in inputs.items()}
-    result = service.infer(name, inputs, version, label, key=key)
+    # One version from decoding to answer: in an A/B split, the inputs are read
+    # by the names of the version that runs them.
+    with service.request(name, version, label, key) as lease:
+        names = [spec.name for spec in lease.signature.inputs]
+        inputs = (
+            _from_rows(body["instances"], names) if rows else _from_columns(body["inputs"], names)
+        )
+        inputs = {key: _decode_b64(value) for key, value in inputs.items()}
+        result = lease.infer(inputs)
     outputs = {key: _jsonable(key, value) for key, value in result.outputs.items()}
     if rows:
         if len(outputs) == 1:

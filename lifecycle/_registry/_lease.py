@@ -1,0 +1,78 @@
+"""A serving lease: one version held for one request, from decoding to answer.
+
+A request that reads the signature of one resolution of a route and runs on
+another decodes against the wrong version whenever the route's choice differs
+between the two (an A/B split between versions whose inputs differ). A
+:class:`ServingLease` resolves once: the signature it shows is the signature of
+the version its :meth:`~ServingLease.infer` runs, and that version is not
+disposed while the lease is held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._signature import Inference, ServingSignature
+from ._versions import LoadedVersion
+
+__all__ = ["ServingLease"]
+
+
+@attrs.define(eq=False)
+class ServingLease:
+    """A version of a model held for one request (see :meth:`ModelRegistry.serving`).
+
+    Valid only inside its ``with`` block: afterwards the version may be
+    disposed, and :meth:`infer` raises.
+
+    Attributes:
+        name: The model.
+        version: The version the request resolved to, and runs on.
+        signature: That version's serving signature: decode the request against it.
+    """
+
+    name: str
+    version: int
+    signature: ServingSignature
+    _loaded: LoadedVersion = attrs.field(alias="loaded", repr=False)
+    # False once the lease has been returned.
+    _held: bool = attrs.field(default=True, init=False, repr=False)
+
+    def infer(self, inputs: Mapping[str, Any]) -> Inference:
+        """Run the held version's serving function on named inputs.
+
+        Args:
+            inputs: ``{input name: array-like}``; every input of :attr:`signature`.
+
+        Returns:
+            The named outputs as NumPy arrays, and the version that computed them.
+
+        Raises:
+            RuntimeError: The lease was returned (used after its ``with`` block).
+            ValueError: An input is missing, unknown, or of the wrong shape.
+            TypeError: ``inputs`` is not a mapping, or a value does not convert
+                to its input's dtype.
+        """
+        if not self._held:
+            raise RuntimeError(
+                f"This lease of {self.name!r} version {self.version} was returned when its "
+                "`with registry.serving(...)` block ended; take a new one to run a request."
+            )
+        if not isinstance(inputs, Mapping):
+            raise TypeError(
+                f"`inputs` must be a mapping of input names to values. Received: {inputs!r}"
+            )
+        serve = self._loaded.serve
+        assert serve is not None  # held: not disposed
+        outputs = self.signature.name_outputs(serve(self.signature.feed(inputs)))
+        return Inference(
+            name=self.name,
+            version=self.version,
+            outputs={key: value.numpy() for key, value in outputs.items()},
+        )
+
+    def _return(self) -> None:
+        self._held = False
