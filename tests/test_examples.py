@@ -18,7 +18,7 @@ EXPECTED = {
     "manage_existing.py": "calling it now raises DisposedError",
     "sessions.py": "session closed, heap trims 1",
     "hot_swap_serving.py": "failed: 0",
-    "ab_loading.py": "user-7 sticks to v",
+    "ab_loading.py": "each request read by its own version's input name: True",
     "parameter_server_lifecycle.py": "PS growth per generation",
     "daily_incremental_training.py": "RSS growth per generation",
     "monitoring.py": "module app.debug → .LAST_MODELS → list[0]",

@@ -407,9 +407,12 @@ def test_savedmodel_versions_are_served_and_swapped_by_polling(tmp_path):
 
 
 def test_bad_paths_and_verbs(http):
-    classify = http.post("/v1/models/risk:classify", json={"examples": []})
+    classify = http.post("/v1/models/risk:classify", json={"examples": [{"x": 1.0}]})
     assert classify.status_code == 400
-    assert "Only :predict is served" in classify.json()["error"]
+    assert "Expected classify signature method_name" in classify.json()["error"]
+    explain = http.post("/v1/models/risk:explain", json={"instances": [[1, 2, 3]]})
+    assert explain.status_code == 400
+    assert "The verbs served are :predict, :classify and :regress" in explain.json()["error"]
     assert http.get("/v1/models/risk:predict").status_code == 400
     assert http.get("/v1/models/risk/versions/x").status_code == 400
     assert http.post("/v1/models/nope:predict", json={"instances": [1]}).status_code == 404

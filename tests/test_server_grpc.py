@@ -24,6 +24,7 @@ from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
+    inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
@@ -277,13 +278,25 @@ def test_a_message_over_the_limit_is_resource_exhausted(predictions):
     assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def test_classify_is_unimplemented_and_says_what_is(predictions):
+def test_classify_of_a_keras_model_says_its_signature_is_a_predict_one(predictions):
     request = classification_pb2.ClassificationRequest()
     request.model_spec.name = "risk"
+    request.input.example_list.examples.add()
     with pytest.raises(grpc.RpcError) as caught:
         predictions.Classify(request, timeout=TIMEOUT)
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        "Expected classify signature method_name to be tensorflow/serving/classify. Was: "
+        "tensorflow/serving/predict" in caught.value.details()
+    )
+    empty = classification_pb2.ClassificationRequest()
+    empty.model_spec.name = "risk"
+    with pytest.raises(grpc.RpcError) as caught:
+        predictions.Classify(empty, timeout=TIMEOUT)
+    assert "must be an example_list or an example_list_with_context" in caught.value.details()
+    with pytest.raises(grpc.RpcError) as caught:
+        predictions.MultiInference(inference_pb2.MultiInferenceRequest(), timeout=TIMEOUT)
     assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
-    assert "only Predict" in caught.value.details()
 
 
 def test_bad_requests_do_not_disturb_good_ones(channel, models):

@@ -5,7 +5,9 @@ names and the scopes ``name/v<version>`` (so its variables are
 ``name/v<version>/<layer>/...``, identical across versions), restored from a
 checkpoint if asked, and its serving path traced and called once before any
 request can reach it (on the requests of a SavedModel's TensorFlow Serving
-warm-up file when it has one). A failed build disposes whatever it made.
+warm-up file when it has one). A SavedModel's other signatures are served
+too, through their own functions (not batched, not warmed up). A failed build
+disposes whatever it made.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import keras
 import tensorflow as tf
 
@@ -28,7 +31,7 @@ from .._serving import serving_function
 from .._session import LifecycleSession
 from ..errors import CheckpointError, LoadError
 from ._batching import BatchedServe
-from ._signature import signature_of
+from ._signature import signature_of, signature_of_function
 from ._version_dirs import is_saved_model
 from ._versions import LoadedVersion
 from ._warmup_file import WarmupRequests, read_warmup_requests
@@ -158,6 +161,15 @@ def build_version(
             for request in replay or (sample,):
                 serve(request)
             signature = signature_of(serve, _input_names(model))
+            others = {}
+            for saved in _tf.saved_signatures(model).values():
+                if saved.name == _tf.SERVING_SIGNATURE:
+                    signature = attrs.evolve(signature, method_name=saved.method_name)
+                else:
+                    others[saved.name] = (
+                        signature_of_function(saved.function, saved.method_name),
+                        _keywords(saved.function),
+                    )
             if batching is not None:
                 serve = BatchedServe(serve, batching)
                 serve.warm_up(sample)
@@ -171,9 +183,19 @@ def build_version(
             f"{type(error).__name__}: {error}. The partial model was disposed."
         ) from error
     loaded.model, loaded.serve, loaded.signature = model, serve, signature
+    loaded.others = others
     loaded.nbytes = model.owned_bytes
     loaded.load_seconds = time.perf_counter() - started
     return loaded
+
+
+def _keywords(function: Callable[..., Any]) -> Callable[[dict[str, Any]], Any]:
+    """A call of a signature's function on the dict its signature feeds (inputs as keywords)."""
+
+    def call(inputs: dict[str, Any]) -> Any:
+        return function(**inputs)
+
+    return call
 
 
 def _weights_bytes(path: str) -> int | None:

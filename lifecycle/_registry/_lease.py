@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from .._tf import SERVING_SIGNATURE
 from ._signature import Inference, ServingSignature
 from ._versions import LoadedVersion
 
@@ -41,18 +42,47 @@ class ServingLease:
     # False once the lease has been returned.
     _held: bool = attrs.field(default=True, init=False, repr=False)
 
-    def infer(self, inputs: Mapping[str, Any]) -> Inference:
-        """Run the held version's serving function on named inputs.
+    @property
+    def signatures(self) -> dict[str, ServingSignature]:
+        """Every signature of the held version by name, ``serving_default`` first.
+
+        A model built by a factory or read from a ``.keras`` file has one; a
+        SavedModel has each of its signatures.
+        """
+        return self._loaded.signatures
+
+    def signature_named(self, name: str | None) -> ServingSignature:
+        """The held version's signature called ``name`` (``None`` or ``""``: the default).
+
+        Raises:
+            ValueError: The version has no such signature.
+        """
+        if not name or name == SERVING_SIGNATURE:
+            return self.signature
+        other = self._loaded.others.get(name)
+        if other is None:
+            raise ValueError(
+                f"Serving signature name: {name!r} not found in signature def of "
+                f"{self.name!r} version {self.version}. Signatures: {list(self.signatures)}"
+            )
+        return other[0]
+
+    def infer(self, inputs: Mapping[str, Any], signature_name: str | None = None) -> Inference:
+        """Run one of the held version's signatures on named inputs.
 
         Args:
-            inputs: ``{input name: array-like}``; every input of :attr:`signature`.
+            inputs: ``{input name: array-like}``; every input of the signature.
+            signature_name: Which signature (:attr:`signatures`); ``None``: the
+                default one, ``serving_default``, through the version's traced
+                (and, if configured, batched) serving function.
 
         Returns:
             The named outputs as NumPy arrays, and the version that computed them.
 
         Raises:
             RuntimeError: The lease was returned (used after its ``with`` block).
-            ValueError: An input is missing, unknown, or of the wrong shape.
+            ValueError: No such signature; an input is missing, unknown, or of
+                the wrong shape.
             TypeError: ``inputs`` is not a mapping, or a value does not convert
                 to its input's dtype.
         """
@@ -65,9 +95,13 @@ class ServingLease:
             raise TypeError(
                 f"`inputs` must be a mapping of input names to values. Received: {inputs!r}"
             )
-        serve = self._loaded.serve
-        assert serve is not None  # held: not disposed
-        outputs = self.signature.name_outputs(serve(self.signature.feed(inputs)))
+        signature = self.signature_named(signature_name)
+        if signature is self.signature:
+            serve = self._loaded.serve
+            assert serve is not None  # held: not disposed
+        else:
+            serve = self._loaded.others[signature_name][1]  # type: ignore[index]
+        outputs = signature.name_outputs(serve(signature.feed(inputs)))
         return Inference(
             name=self.name,
             version=self.version,

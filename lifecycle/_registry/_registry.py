@@ -529,19 +529,22 @@ class ModelRegistry:
 
     def peek(
         self, name: str, *, version: int | None = None, label: str | None = None
-    ) -> tuple[int, ServingSignature]:
-        """The version a request would get now, and its signature, read together (no lease).
+    ) -> tuple[int, dict[str, ServingSignature]]:
+        """The version a request would get now, and its signatures, read together (no lease).
 
-        For metadata: the version number and the signature come from one
+        For metadata: the version number and the signatures come from one
         resolution. Chooses the version as :meth:`lease` does, without a route key.
+
+        Returns:
+            The version, and its signatures by name, ``serving_default`` first
+            (a SavedModel's every signature; one for other models).
 
         Raises:
             UnknownModelError: No such model, version or label.
             UnavailableError: No version is routable yet.
         """
         loaded = self._table.peek(name, version, label)
-        assert loaded.signature is not None
-        return loaded.version, loaded.signature
+        return loaded.version, loaded.signatures
 
     def signature(
         self, name: str, *, version: int | None = None, label: str | None = None

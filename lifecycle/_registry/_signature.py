@@ -17,8 +17,15 @@ import numpy as np
 import tensorflow as tf
 
 from .._serving import ServingFunction
+from .._tf import PREDICT_METHOD
 
-__all__ = ["Inference", "NamedTensorSpec", "ServingSignature", "signature_of"]
+__all__ = [
+    "Inference",
+    "NamedTensorSpec",
+    "ServingSignature",
+    "signature_of",
+    "signature_of_function",
+]
 
 
 @attrs.frozen
@@ -44,6 +51,10 @@ class ServingSignature:
     Attributes:
         inputs: The inputs, in the order the model takes them.
         outputs: The outputs, in the order the model returns them.
+        method_name: What TensorFlow Serving answers with it:
+            ``tensorflow/serving/predict`` (``:predict``, every Keras model's),
+            ``.../classify`` (``:classify``) or ``.../regress`` (``:regress``),
+            as a SavedModel's ``saved_model.pb`` names it.
 
     Example:
         >>> import keras, lifecycle as lc
@@ -58,6 +69,7 @@ class ServingSignature:
 
     inputs: tuple[NamedTensorSpec, ...]
     outputs: tuple[NamedTensorSpec, ...]
+    method_name: str = PREDICT_METHOD
     # How the named inputs nest into the model's call, and outputs out of it:
     # "single", "list" or "dict" (outputs: "list" or "dict").
     input_form: str = attrs.field(default="single", repr=False, eq=False)
@@ -150,6 +162,27 @@ def signature_of(serve: ServingFunction, input_names: list[str]) -> ServingSigna
         outputs=tuple(_named(name, spec) for name, spec in out_named),
         input_form=form,
         output_form=out_form,
+    )
+
+
+def signature_of_function(function: Any, method_name: str = PREDICT_METHOD) -> ServingSignature:
+    """The signature of a SavedModel signature's concrete function (named inputs and outputs).
+
+    Raises:
+        ValueError: The function takes positional inputs (a signature never does).
+    """
+    args, kwargs = function.structured_input_signature
+    if args:
+        raise ValueError(f"a signature takes named inputs only. Received: args={args!r}")
+    outputs = function.structured_outputs
+    if not isinstance(outputs, Mapping):
+        outputs = {"output_0": outputs}
+    return ServingSignature(
+        inputs=tuple(_named(key, spec) for key, spec in sorted(kwargs.items())),
+        outputs=tuple(_named(str(key), spec) for key, spec in outputs.items()),
+        method_name=method_name,
+        input_form="dict",
+        output_form="dict",
     )
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
+from typing import Any
 
 import attrs
 
 from .._model import ManagedModel
 from .._serving import ServingFunction
 from .._session import LifecycleSession
+from .._tf import SERVING_SIGNATURE
 from ._batching import BatchedServe, batching_statistics
 from ._signature import ServingSignature
 from ._status import VersionState, VersionStatus
@@ -33,6 +35,10 @@ class LoadedVersion:
     serve: ServingFunction | BatchedServe | None = None
     # Read once from `serve` after the build.
     signature: ServingSignature | None = None
+    # A SavedModel's other signatures: {name: (signature, call on its input nest)}.
+    others: dict[str, tuple[ServingSignature, Callable[[Any], Any]]] = attrs.field(
+        factory=dict, repr=False
+    )
     state: VersionState = VersionState.LOADING
     nbytes: int = 0
     load_seconds: float = 0.0
@@ -42,6 +48,15 @@ class LoadedVersion:
     leases: int = 0
     requests: int = 0
     last_used: float = attrs.field(factory=time.monotonic)
+
+    @property
+    def signatures(self) -> dict[str, ServingSignature]:
+        """Every signature by name, ``serving_default`` (:attr:`signature`) first."""
+        assert self.signature is not None  # built
+        return {
+            SERVING_SIGNATURE: self.signature,
+            **{name: signature for name, (signature, _) in self.others.items()},
+        }
 
 
 @attrs.define(eq=False)

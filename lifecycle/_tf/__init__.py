@@ -30,7 +30,15 @@ try:
         model_leaves,
         variable_leaves,
     )
-    from ._saved_model import SERVING_SIGNATURE, saved_model_to_keras
+    from ._saved_model import (
+        CLASSIFY_METHOD,
+        PREDICT_METHOD,
+        REGRESS_METHOD,
+        SERVING_SIGNATURE,
+        SavedSignature,
+        saved_model_to_keras,
+        saved_signatures,
+    )
     from ._threads import capture_build_scope
 except (ImportError, AttributeError) as exc:  # an internal module or name moved
     import keras as _keras_pkg
@@ -45,8 +53,12 @@ except (ImportError, AttributeError) as exc:  # an internal module or name moved
     ) from exc
 
 __all__ = [
+    "CLASSIFY_METHOD",
+    "PREDICT_METHOD",
+    "REGRESS_METHOD",
     "SERVING_SIGNATURE",
     "CompatibilityReport",
+    "SavedSignature",
     "capture_build_scope",
     "check_compatibility",
     "checkpoint",
@@ -69,6 +81,7 @@ __all__ = [
     "release",
     "release_by_device",
     "saved_model_to_keras",
+    "saved_signatures",
     "strategies",
     "variable_leaves",
 ]

@@ -95,6 +95,9 @@ ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
 
 _INTERNAL = WireError(500, "INTERNAL")
 
+# Lines of a TensorFlow op error that say where the op was, not what went wrong.
+_OP_TRACE_LINES = ("Detected at node", "<stack traces unavailable>", " ", "\t")
+
 
 def error_status(error: BaseException) -> WireError:
     """The wire status of ``error``: its row of :data:`ERRORS`, else 500 INTERNAL."""
@@ -108,11 +111,15 @@ def wire_message(error: BaseException) -> str:
     """The message an error answer carries: the error's own words, without traces.
 
     A TensorFlow op error raised in a traced function ends with its own words,
-    after where the op was defined; a ``LookupError``'s is its argument, not
-    ``str()``'s quoted repr.
+    after where the op was defined (its first line that is not that); a
+    ``LookupError``'s is its argument, not ``str()``'s quoted repr.
     """
     if isinstance(error, tf.errors.OpError):
-        return error.message.strip().split("\n\n")[-1].splitlines()[0]
+        # A function restored from a SavedModel has no stack traces: its words
+        # follow "<stack traces unavailable>" in the same paragraph.
+        lines = error.message.strip().split("\n\n")[-1].splitlines()
+        words = [line for line in lines if not line.startswith(_OP_TRACE_LINES)]
+        return (words or lines or [error.message])[0]
     if error.args and isinstance(error.args[0], str):
         return error.args[0]
     return str(error) or type(error).__name__

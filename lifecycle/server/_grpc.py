@@ -3,7 +3,9 @@
 ::
 
     tensorflow.serving.PredictionService/Predict           inputs -> outputs
-    tensorflow.serving.PredictionService/GetModelMetadata  signature_def
+    tensorflow.serving.PredictionService/GetModelMetadata  signature_def (every signature)
+    tensorflow.serving.PredictionService/Classify          tf.Examples -> classes, scores
+    tensorflow.serving.PredictionService/Regress           tf.Examples -> values
     tensorflow.serving.ModelService/GetModelStatus         version states
     tensorflow.serving.ModelService/HandleReloadConfigRequest
                                                            a new ModelServerConfig
@@ -11,9 +13,10 @@
 The messages are TensorFlow Serving's own, through the generated code of
 ``tensorflow-serving-api``; tensors go through ``tf.make_ndarray`` and
 ``tf.make_tensor_proto``. Errors abort the call with the canonical code of
-their row in :data:`~lifecycle.server._errors.ERRORS`. Only the
-``serving_default`` signature exists; ``Classify``, ``Regress`` and
-``MultiInference`` answer ``UNIMPLEMENTED``.
+their row in :data:`~lifecycle.server._errors.ERRORS`. Every signature of a
+version is served (``model_spec.signature_name``); ``Classify`` and ``Regress``
+run signatures of those methods on ``tf.Example`` inputs (``_examples``);
+``MultiInference`` answers ``UNIMPLEMENTED``.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import grpc
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import (
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
     model_management_pb2,
@@ -34,11 +38,20 @@ from tensorflow_serving.apis import (
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 from ._auth import AdminInterceptor, grpc_sticky_key
 from ._config import ServerConfig, served_models
 from ._errors import BadRequestError, error_status, wire_message
+from ._examples import (
+    CLASSIFY,
+    REGRESS,
+    classifications,
+    examples_from_input,
+    regressions,
+    run_examples,
+)
 from ._service import ModelService
 from ._tfserving import SIGNATURE, signature_def_map, status_response
 
@@ -137,14 +150,6 @@ def _spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None, str | None]:
     return spec.name, None, None
 
 
-def _check_signature_name(spec: model_pb2.ModelSpec) -> None:
-    if spec.signature_name not in ("", SIGNATURE):
-        raise BadRequestError(
-            f"Serving signature name: {spec.signature_name!r} not found in signature def; "
-            f"the only signature is {SIGNATURE!r}."
-        )
-
-
 class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     """``tensorflow.serving.PredictionService``: Predict and GetModelMetadata."""
 
@@ -161,16 +166,15 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self, request: predict_pb2.PredictRequest, key: str | None
     ) -> predict_pb2.PredictResponse:
         name, version, label = _spec(request.model_spec)
-        _check_signature_name(request.model_spec)
+        signature_name = request.model_spec.signature_name or None
         wanted = list(request.output_filter)
         inputs = {key: _ndarray(key, proto) for key, proto in request.inputs.items()}
         with self._service.request(name, version, label, key) as lease:
-            _check_outputs(wanted, [spec.name for spec in lease.signature.outputs])
-            result = lease.infer(inputs)
+            signature = lease.signature_named(signature_name)
+            _check_outputs(wanted, [spec.name for spec in signature.outputs])
+            result = lease.infer(inputs, signature_name)
         response = predict_pb2.PredictResponse()
-        response.model_spec.name = name
-        response.model_spec.version.value = result.version
-        response.model_spec.signature_name = SIGNATURE
+        _answer_spec(response.model_spec, request.model_spec, result.version)
         for key in wanted or result.outputs:
             response.outputs[key].CopyFrom(tf.make_tensor_proto(result.outputs[key]))
         return response
@@ -196,28 +200,67 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise BadRequestError(
                 f"Metadata fields {other} are not supported; the only one is 'signature_def'."
             )
-        served, signature = self._service.signature(name, version, label)
+        served, signatures = self._service.signatures(name, version, label)
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         response.model_spec.name = name
         response.model_spec.version.value = served
-        response.metadata["signature_def"].Pack(signature_def_map(signature))
+        response.metadata["signature_def"].Pack(signature_def_map(signatures))
         return response
 
-    def Classify(self, request: Any, context: grpc.ServicerContext) -> Any:
-        _unimplemented(context, "Classify")
+    def Classify(
+        self, request: classification_pb2.ClassificationRequest, context: grpc.ServicerContext
+    ) -> classification_pb2.ClassificationResponse:
+        key = grpc_sticky_key(context, self._service.config)
+        return _answer(context, "Classify", lambda: self._classify(request, key))
 
-    def Regress(self, request: Any, context: grpc.ServicerContext) -> Any:
-        _unimplemented(context, "Regress")
+    def _classify(
+        self, request: classification_pb2.ClassificationRequest, key: str | None
+    ) -> classification_pb2.ClassificationResponse:
+        version, outputs = self._examples(request, CLASSIFY, key)
+        response = classification_pb2.ClassificationResponse()
+        _answer_spec(response.model_spec, request.model_spec, version)
+        for row in classifications(outputs):
+            classes = response.result.classifications.add()
+            for label, score in row:
+                classes.classes.add(label=label, score=score)
+        return response
+
+    def Regress(
+        self, request: regression_pb2.RegressionRequest, context: grpc.ServicerContext
+    ) -> regression_pb2.RegressionResponse:
+        key = grpc_sticky_key(context, self._service.config)
+        return _answer(context, "Regress", lambda: self._regress(request, key))
+
+    def _regress(
+        self, request: regression_pb2.RegressionRequest, key: str | None
+    ) -> regression_pb2.RegressionResponse:
+        version, outputs = self._examples(request, REGRESS, key)
+        response = regression_pb2.RegressionResponse()
+        _answer_spec(response.model_spec, request.model_spec, version)
+        for value in regressions(outputs):
+            response.result.regressions.add(value=value)
+        return response
+
+    def _examples(self, request: Any, verb: str, key: str | None) -> tuple[int, dict[str, Any]]:
+        """Run a Classify or Regress request's examples: ``(version, outputs)``."""
+        name, version, label = _spec(request.model_spec)
+        serialized = examples_from_input(request.input)
+        with self._service.request(name, version, label, key) as lease:
+            signature_name = request.model_spec.signature_name or None
+            return lease.version, run_examples(lease, signature_name, verb, serialized)
 
     def MultiInference(self, request: Any, context: grpc.ServicerContext) -> Any:
-        _unimplemented(context, "MultiInference")
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "MultiInference is not served: send each task as its own Classify or Regress.",
+        )
 
 
-def _unimplemented(context: grpc.ServicerContext, method: str) -> None:
-    context.abort(
-        grpc.StatusCode.UNIMPLEMENTED,
-        f"{method} is not served: only Predict (the model's {SIGNATURE} signature) is.",
-    )
+def _answer_spec(spec: model_pb2.ModelSpec, asked: model_pb2.ModelSpec, version: int) -> None:
+    """Fill an answer's ``model_spec``: the model, the version that served, the signature."""
+    spec.name = asked.name
+    spec.version.value = version
+    spec.signature_name = asked.signature_name or SIGNATURE
 
 
 def _ndarray(name: str, proto: Any) -> np.ndarray:

@@ -121,6 +121,19 @@ class ModelService:
         Raises:
             UnknownModelError: No such model, version or label.
         """
+        served, signatures = self.registry.peek(name, version=version, label=label)
+        return served, next(iter(signatures.values()))
+
+    def signatures(
+        self, name: str, version: int | None = None, label: str | None = None
+    ) -> tuple[int, dict[str, ServingSignature]]:
+        """The version a request would get, and all its signatures by name, from one resolution.
+
+        ``serving_default`` comes first; a SavedModel has each of its signatures.
+
+        Raises:
+            UnknownModelError: No such model, version or label.
+        """
         return self.registry.peek(name, version=version, label=label)
 
     def serving_signature(

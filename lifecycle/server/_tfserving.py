@@ -5,17 +5,22 @@
     GET  /v1/models/{m}[/versions/{v}|/labels/{l}]            model status
     GET  /v1/models/{m}[/versions/{v}|/labels/{l}]/metadata   signature_def
     POST /v1/models/{m}[/versions/{v}|/labels/{l}]:predict    instances / inputs
+    POST /v1/models/{m}[/versions/{v}|/labels/{l}]:classify   examples -> [label, score]
+    POST /v1/models/{m}[/versions/{v}|/labels/{l}]:regress    examples -> values
 
 The status and metadata bodies are the JSON of TensorFlow Serving's own protos
 (``GetModelStatusResponse``, ``SignatureDefMap``), produced by protobuf's
-``json_format`` as TensorFlow Serving does. Only the ``serving_default``
-signature exists; ``:classify`` and ``:regress`` are refused.
+``json_format`` as TensorFlow Serving does. Every signature of a version is
+served (a SavedModel's each, by ``signature_name``); ``:classify`` and
+``:regress`` take ``tf.Example``s in JSON for signatures of those methods
+(``_examples``).
 """
 
 from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -30,6 +35,14 @@ from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2
 from .._registry import ServingSignature, VersionState, VersionStatus
 from ._auth import http_sticky_key
 from ._errors import BadRequestError
+from ._examples import (
+    CLASSIFY,
+    REGRESS,
+    classifications,
+    examples_from_json,
+    regressions,
+    run_examples,
+)
 from ._http import blocking, json_response, read_json
 from ._service import ModelService
 
@@ -72,14 +85,15 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
                 return json_response(await blocking(_metadata, service, name, version, label))
             statuses = await blocking(service.versions, name, version, label)
             return json_response(_status_body(statuses))
-        if match["verb"] != "predict":
+        verb = match["verb"]
+        if verb not in _VERBS:
             raise BadRequestError(
-                f"Only :predict is served (the model's serving_default signature); "
-                f"received {request.url.path!r}."
+                f"The verbs served are :predict, :classify and :regress; received "
+                f"{request.url.path!r}."
             )
         body = await read_json(request, max_request_bytes)
         key = http_sticky_key(request, service.config)
-        return json_response(await blocking(_predict, service, name, version, label, body, key))
+        return json_response(await blocking(_VERBS[verb], service, name, version, label, body, key))
 
     return [Route("/v1/models/{path:path}", models, methods=["GET", "POST"])]
 
@@ -108,10 +122,10 @@ def _status_body(statuses: tuple[VersionStatus, ...]) -> dict[str, Any]:
 def _metadata(
     service: ModelService, name: str, version: int | None, label: str | None
 ) -> dict[str, Any]:
-    served, signature = service.signature(name, version, label)
+    served, found = service.signatures(name, version, label)
     spec = model_pb2.ModelSpec(name=name, signature_name="")
     spec.version.value = served
-    signatures = signature_def_map(signature)
+    signatures = signature_def_map(found)
     options = {"preserving_proto_field_name": True, "always_print_fields_with_no_presence": True}
     return {
         "model_spec": json_format.MessageToDict(spec, **options),
@@ -119,18 +133,23 @@ def _metadata(
     }
 
 
-def signature_def_map(signature: ServingSignature) -> get_model_metadata_pb2.SignatureDefMap:
-    """The ``SignatureDefMap`` of a version: its one signature, ``serving_default``."""
-    signatures = get_model_metadata_pb2.SignatureDefMap()
-    signatures.signature_def[SIGNATURE].CopyFrom(signature_def(signature))
-    return signatures
+def signature_def_map(
+    signatures: Mapping[str, ServingSignature],
+) -> get_model_metadata_pb2.SignatureDefMap:
+    """The ``SignatureDefMap`` of a version: each of its signatures by name."""
+    definitions = get_model_metadata_pb2.SignatureDefMap()
+    for name, signature in signatures.items():
+        definitions.signature_def[name].CopyFrom(signature_def(signature, name))
+    return definitions
 
 
-def signature_def(signature: ServingSignature) -> meta_graph_pb2.SignatureDef:
-    """The ``SignatureDef`` of a serving signature, named as Keras 3's ``export()`` names it."""
-    result = meta_graph_pb2.SignatureDef(method_name="tensorflow/serving/predict")
+def signature_def(
+    signature: ServingSignature, name: str = SIGNATURE
+) -> meta_graph_pb2.SignatureDef:
+    """The ``SignatureDef`` of a signature, its tensors named as a SavedModel's are."""
+    result = meta_graph_pb2.SignatureDef(method_name=signature.method_name)
     for spec in signature.inputs:
-        _tensor_info(result.inputs[spec.name], spec, f"serving_default_{spec.name}:0")
+        _tensor_info(result.inputs[spec.name], spec, f"{name}_{spec.name}:0")
     for i, spec in enumerate(signature.outputs):
         _tensor_info(result.outputs[spec.name], spec, f"StatefulPartitionedCall:{i}")
     return result
@@ -153,12 +172,7 @@ def _predict(
 ) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequestError("The request body must be a JSON object.")
-    wanted = body.get("signature_name", SIGNATURE)
-    if wanted not in (SIGNATURE, ""):
-        raise BadRequestError(
-            f"Serving signature name: {wanted!r} not found in signature def; "
-            f"the only signature is {SIGNATURE!r}."
-        )
+    wanted = _signature_name(body)
     if ("instances" in body) == ("inputs" in body):
         raise BadRequestError(
             "The request must have exactly one of 'instances' (row format) or "
@@ -168,12 +182,12 @@ def _predict(
     # One version from decoding to answer: in an A/B split, the inputs are read
     # by the names of the version that runs them.
     with service.request(name, version, label, key) as lease:
-        names = [spec.name for spec in lease.signature.inputs]
+        names = [spec.name for spec in lease.signature_named(wanted).inputs]
         inputs = (
             _from_rows(body["instances"], names) if rows else _from_columns(body["inputs"], names)
         )
         inputs = {key: _decode_b64(value) for key, value in inputs.items()}
-        result = lease.infer(inputs)
+        result = lease.infer(inputs, wanted)
     outputs = {key: _jsonable(key, value) for key, value in result.outputs.items()}
     if rows:
         if len(outputs) == 1:
@@ -181,6 +195,40 @@ def _predict(
         batch = len(next(iter(outputs.values())))
         return {"predictions": [{k: v[i] for k, v in outputs.items()} for i in range(batch)]}
     return {"outputs": next(iter(outputs.values())) if len(outputs) == 1 else outputs}
+
+
+def _signature_name(body: dict[str, Any]) -> str | None:
+    """The body's ``signature_name``; ``None`` for the default one."""
+    wanted = body.get("signature_name")
+    if wanted is not None and not isinstance(wanted, str):
+        raise BadRequestError(f"'signature_name' must be a string. Received: {wanted!r}")
+    return wanted or None
+
+
+def _examples_verb(verb: str) -> Callable[..., dict[str, Any]]:
+    """``:classify`` or ``:regress``: ``{"examples": [...], "context"?: {...}}`` -> ``result``."""
+
+    def run(
+        service: ModelService,
+        name: str,
+        version: int | None,
+        label: str | None,
+        body: Any,
+        key: str | None,
+    ) -> dict[str, Any]:
+        if not isinstance(body, dict) or "examples" not in body:
+            raise BadRequestError(
+                f"A :{verb} request body must be an object with 'examples' (and optionally "
+                "'context' and 'signature_name')."
+            )
+        serialized = examples_from_json(body["examples"], body.get("context"))
+        with service.request(name, version, label, key) as lease:
+            outputs = run_examples(lease, _signature_name(body), verb, serialized)
+        if verb == CLASSIFY:
+            return {"result": [[list(pair) for pair in row] for row in classifications(outputs)]}
+        return {"result": regressions(outputs)}
+
+    return run
 
 
 def _from_rows(instances: Any, names: list[str]) -> dict[str, Any]:
@@ -251,3 +299,11 @@ def _jsonable(name: str, array: np.ndarray) -> Any:
         return value.decode("utf-8", errors="replace")
 
     return convert(array.tolist())
+
+
+# The verbs of ``/v1/models/...:<verb>``.
+_VERBS: dict[str, Callable[..., dict[str, Any]]] = {
+    "predict": _predict,
+    CLASSIFY: _examples_verb(CLASSIFY),
+    REGRESS: _examples_verb(REGRESS),
+}

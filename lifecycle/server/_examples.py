@@ -1,0 +1,214 @@
+"""TensorFlow Serving's Classify and Regress: ``tf.Example`` inputs in, classes or values out.
+
+A signature whose method is ``tensorflow/serving/classify`` or
+``.../regress`` takes one input: a batch of serialized ``tf.Example`` protos.
+Requests carry the examples as JSON objects (REST ``:classify`` /
+``:regress``, ``{"examples": [...], "context": {...}}``) or as ``Input``
+messages (gRPC ``Classify`` / ``Regress``); both become the serialized batch
+here, with the context's features in every example (an example's own feature
+wins over the context's, as in TensorFlow Serving, which concatenates the two
+serializations). The answers are read from the outputs TensorFlow Serving
+reads: ``classes`` and ``scores`` for a classification, ``outputs`` for a
+regression.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from tensorflow.core.example import example_pb2, feature_pb2
+
+from .._registry import ServingLease, ServingSignature
+from .._tf import CLASSIFY_METHOD, REGRESS_METHOD
+from ._errors import BadRequestError
+
+__all__ = [
+    "CLASSIFY",
+    "REGRESS",
+    "classifications",
+    "examples_from_input",
+    "examples_from_json",
+    "regressions",
+    "run_examples",
+]
+
+CLASSIFY = "classify"
+REGRESS = "regress"
+_METHODS = {CLASSIFY: CLASSIFY_METHOD, REGRESS: REGRESS_METHOD}
+
+
+def examples_from_json(examples: Any, context: Any = None) -> list[bytes]:
+    """Serialized ``tf.Example``s of a REST body's ``examples`` (and ``context``).
+
+    A feature's value is a number, a string, ``{"b64": ...}``, or a list of one
+    kind: integers go to ``int64_list``, numbers with a fraction to
+    ``float_list``, strings and ``b64`` to ``bytes_list``.
+
+    Raises:
+        BadRequestError: Not a non-empty list of objects, or a value of no kind.
+    """
+    if not isinstance(examples, list) or not examples:
+        raise BadRequestError("'examples' must be a non-empty list of objects of features.")
+    prefix = _example(context, "'context'").SerializeToString() if context is not None else b""
+    return [
+        prefix + _example(item, f"example {i}").SerializeToString()
+        for i, item in enumerate(examples)
+    ]
+
+
+def examples_from_input(given: Any) -> list[bytes]:
+    """Serialized ``tf.Example``s of a gRPC request's ``Input`` message.
+
+    Raises:
+        BadRequestError: The input holds no examples.
+    """
+    kind = given.WhichOneof("kind")
+    if kind == "example_list":
+        examples, prefix = given.example_list.examples, b""
+    elif kind == "example_list_with_context":
+        listed = given.example_list_with_context
+        examples, prefix = listed.examples, listed.context.SerializeToString()
+    else:
+        raise BadRequestError(
+            "The request's input must be an example_list or an example_list_with_context."
+        )
+    if not examples:
+        raise BadRequestError("The request's input holds no examples.")
+    return [prefix + example.SerializeToString() for example in examples]
+
+
+def run_examples(
+    lease: ServingLease, signature_name: str | None, verb: str, serialized: Sequence[bytes]
+) -> dict[str, np.ndarray]:
+    """Run a classify or regress signature of the held version on serialized examples.
+
+    Raises:
+        ValueError: No such signature, or its method is not ``verb``'s.
+    """
+    signature = lease.signature_named(signature_name)
+    _check_method(signature, signature_name, verb)
+    if len(signature.inputs) != 1 or signature.inputs[0].dtype != "string":
+        raise BadRequestError(
+            f"The {verb} signature must take one string input of serialized tf.Examples; "
+            f"it takes {[(s.name, s.dtype) for s in signature.inputs]}."
+        )
+    batch = np.array(list(serialized), dtype=object)
+    shape = signature.inputs[0].shape
+    if len(shape) == 2:  # [batch, 1]
+        batch = batch.reshape(-1, 1)
+    return lease.infer({signature.inputs[0].name: batch}, signature_name or None).outputs
+
+
+def classifications(outputs: Mapping[str, np.ndarray]) -> list[list[tuple[str, float]]]:
+    """``[(label, score), ...]`` per example, from ``classes`` and/or ``scores``.
+
+    Raises:
+        BadRequestError: The signature has neither output.
+    """
+    classes, scores = outputs.get("classes"), outputs.get("scores")
+    if classes is None and scores is None:
+        raise BadRequestError(
+            f"A classify signature answers 'classes' and/or 'scores'; this one answers "
+            f"{sorted(outputs)}."
+        )
+    rows = len(classes if classes is not None else scores)  # type: ignore[arg-type]
+    table = []
+    for row in range(rows):
+        labels = _row(classes, row) if classes is not None else None
+        values = _row(scores, row) if scores is not None else None
+        count = len(labels if labels is not None else values)  # type: ignore[arg-type]
+        table.append(
+            [
+                (
+                    _text(labels[k]) if labels is not None else "",
+                    float(values[k]) if values is not None else 0.0,
+                )
+                for k in range(count)
+            ]
+        )
+    return table
+
+
+def regressions(outputs: Mapping[str, np.ndarray]) -> list[float]:
+    """One value per example, from ``outputs`` (``[batch]`` or ``[batch, 1]``).
+
+    Raises:
+        BadRequestError: The signature has no ``outputs``, or more than one value per example.
+    """
+    values = outputs.get("outputs")
+    if values is None:
+        raise BadRequestError(
+            f"A regress signature answers 'outputs'; this one answers {sorted(outputs)}."
+        )
+    if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+        raise BadRequestError(
+            f"A regress signature answers one value per example; 'outputs' has shape "
+            f"{values.shape}."
+        )
+    return [float(v) for v in values.reshape(-1)]
+
+
+def _check_method(signature: ServingSignature, name: str | None, verb: str) -> None:
+    if signature.method_name != _METHODS[verb]:
+        raise BadRequestError(
+            f"Expected {verb} signature method_name to be {_METHODS[verb]}. Was: "
+            f"{signature.method_name} (signature {name or 'serving_default'!r})."
+        )
+
+
+def _row(values: np.ndarray, row: int) -> np.ndarray:
+    return np.asarray(values[row]).reshape(-1)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _example(features: Any, where: str) -> example_pb2.Example:
+    if not isinstance(features, dict):
+        raise BadRequestError(f"{where} must be an object of features. Received: {features!r}")
+    example = example_pb2.Example()
+    for name, value in features.items():
+        _fill(example.features.feature[name], value, f"{where}, feature {name!r}")
+    return example
+
+
+def _fill(feature: feature_pb2.Feature, value: Any, where: str) -> None:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise BadRequestError(f"{where} is an empty list: its kind cannot be told.")
+    kinds = {_kind(v, where) for v in values}
+    if kinds == {"int"}:
+        feature.int64_list.value.extend(values)
+    elif kinds <= {"int", "float"}:
+        feature.float_list.value.extend(float(v) for v in values)
+    elif kinds == {"bytes"}:
+        feature.bytes_list.value.extend(_bytes(v, where) for v in values)
+    else:
+        raise BadRequestError(f"{where} mixes numbers and strings: {value!r}")
+
+
+def _kind(value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        raise BadRequestError(f"{where}: a tf.Example has no booleans. Received: {value!r}")
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str) or (isinstance(value, dict) and set(value) == {"b64"}):
+        return "bytes"
+    raise BadRequestError(
+        f'{where}: values are numbers, strings or {{"b64": ...}}. Received: {value!r}'
+    )
+
+
+def _bytes(value: Any, where: str) -> bytes:
+    if isinstance(value, str):
+        return value.encode()
+    try:
+        return base64.b64decode(value["b64"], validate=True)
+    except (ValueError, TypeError) as error:
+        raise BadRequestError(f"{where}: a 'b64' value is not valid base64: {error}") from None
