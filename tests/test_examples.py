@@ -24,6 +24,7 @@ EXPECTED = {
     "monitoring.py": "module app.debug → .LAST_MODELS → list[0]",
     "serve_checkpointed_versions.py": "still serving v2: 2.0",
     "serving_http.py": "after loading version 3: [[3.0, 3.0]]",
+    "serving_triton_client.py": "echo unloaded and loaded again: ready True",
     "sweep_keras_tuner.py": "left live",
     "sweep_sklearn.py": "after the search:",
     "sweep_architectures.py": "MobileNetV2: 26 MiB released; RSS ",
@@ -109,6 +110,14 @@ def both_protocols_answered_and_bad_input_was_refused(out: str) -> None:
     line_matching(r"^versions: \{'3': 'AVAILABLE'(, '2': '(UNLOADING|END)')?\}$", out)
 
 
+def tritonclient_defaults_were_served_over_http_and_grpc(out: str) -> None:
+    line_matching(r"^HTTP, binary both ways: \[\[2\.0, 2\.0\]\] \(8 bytes\) from version 2$", out)
+    line_matching(r"^HTTP, BYTES: \['chat', '\u732b'\]$", out)
+    line_matching(r"^gRPC live and ready: True$", out)
+    line_matching(r"^gRPC, raw contents: \[\[1\.0, 1\.0\]\] from version 1$", out)
+    line_matching(r"^gRPC repository: \[\('echo', '1', 'READY'\), \('risk', '1', 'READY'\), ", out)
+
+
 def every_trial_model_was_disposed(out: str) -> None:
     # The constructor's model and one per trial, all disposed; nothing left live.
     found = line_matching(
@@ -136,6 +145,7 @@ CLAIMS: dict[str, Callable[[str], None]] = {
     "hot_swap_serving.py": no_request_failed,
     "request_batching.py": every_answer_was_right_and_requests_were_merged,
     "serving_http.py": both_protocols_answered_and_bad_input_was_refused,
+    "serving_triton_client.py": tritonclient_defaults_were_served_over_http_and_grpc,
     "sweep_keras_tuner.py": every_trial_model_was_disposed,
     "sweep_sklearn.py": every_fold_model_was_disposed,
 }

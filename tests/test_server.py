@@ -538,8 +538,9 @@ def test_v2_unknown_model_and_binary_data(v2, http):
         v2.infer("nope", [x])
     binary = triton.InferInput("features", [1, 3], "FP32")
     binary.set_data_from_numpy(np.zeros((1, 3), "float32"))  # binary_data=True by default
-    with pytest.raises(InferenceServerException, match="binary tensor data extension"):
-        v2.infer("risk", [binary])
+    answer = v2.infer("risk", [binary])  # and binary outputs asked for by default
+    np.testing.assert_allclose(answer.as_numpy("output_0"), [[2.0, 2.0]])
+    assert answer.get_output("output_0")["parameters"] == {"binary_data_size": 8}
     flat = {"inputs": [{"name": "features", "shape": [1, 3], "datatype": "FP32", "data": [1, 2]}]}
     response = http.post("/v2/models/risk/infer", json=flat)
     assert response.status_code == 400

@@ -1,4 +1,4 @@
-"""TensorFlow Serving's gRPC API over the model service.
+"""TensorFlow Serving's gRPC API over the model service, beside KServe v2's.
 
 ::
 
@@ -9,6 +9,7 @@
     tensorflow.serving.ModelService/GetModelStatus         version states
     tensorflow.serving.ModelService/HandleReloadConfigRequest
                                                            a new ModelServerConfig
+    inference.GRPCInferenceService/...                     KServe v2 (``_kserve_grpc``)
 
 The messages are TensorFlow Serving's own, through the generated code of
 ``tensorflow-serving-api``; tensors go through ``tf.make_ndarray`` and
@@ -52,6 +53,7 @@ from ._examples import (
     regressions,
     run_examples,
 )
+from ._kserve_grpc import add_inference_service
 from ._service import ModelService
 from ._tfserving import SIGNATURE, signature_def_map, status_response
 
@@ -63,7 +65,7 @@ T = TypeVar("T")
 
 
 def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Server:
-    """A gRPC server of TensorFlow Serving's API over ``service``, bound but not started.
+    """A gRPC server of TensorFlow Serving's and KServe v2's APIs over ``service``, not started.
 
     It listens on ``config.host`` and ``config.grpc_port`` with
     ``config.grpc_max_threads`` worker threads, and takes messages up to
@@ -114,6 +116,7 @@ def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Serve
         _PredictionService(service), server
     )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(service), server)
+    add_inference_service(server, service)
     host = f"[{config.host}]" if ":" in config.host else config.host
     address = f"{host}:{config.grpc_port}"
     try:

@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from ._errors import BadRequestError, PayloadTooLargeError
 
-__all__ = ["blocking", "json_response", "read_json"]
+__all__ = ["blocking", "json_response", "read_body", "read_json"]
 
 T = TypeVar("T")
 
@@ -41,6 +41,21 @@ async def read_json(request: Request, limit: int, *, empty: Any = None) -> Any:
         PayloadTooLargeError: The body (declared or read) is over ``limit``.
         BadRequestError: The body is not JSON.
     """
+    body = await read_body(request, limit)
+    if not body and empty is not None:
+        return empty
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadRequestError(f"The request body is not valid JSON: {error}") from None
+
+
+async def read_body(request: Request, limit: int) -> bytearray:
+    """The request's body, read no further than ``limit`` bytes.
+
+    Raises:
+        PayloadTooLargeError: The body (declared or read) is over ``limit``.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLargeError(
@@ -53,12 +68,7 @@ async def read_json(request: Request, limit: int, *, empty: Any = None) -> Any:
             raise PayloadTooLargeError(
                 f"The request body is over {limit} bytes, the most this server takes."
             )
-    if not body and empty is not None:
-        return empty
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise BadRequestError(f"The request body is not valid JSON: {error}") from None
+    return body
 
 
 def json_response(content: Any, status: int = 200) -> Response:

@@ -6,12 +6,22 @@
     GET  /v2                                          server metadata
     GET  /v2/models/{m}[/versions/{v}]                model metadata
     GET  /v2/models/{m}[/versions/{v}]/ready          200, or 400 when not
-    POST /v2/models/{m}[/versions/{v}]/infer          JSON tensors in and out
+    POST /v2/models/{m}[/versions/{v}]/infer          tensors in and out: JSON or binary
     POST /v2/repository/index                         the model repository extension
     POST /v2/repository/models/{m}/load | /unload
 
-Tensors travel as JSON (``data`` flat in row-major order, or nested); the
-binary tensor data extension is refused with a 400 that says so.
+Tensors travel as JSON (``data`` flat in row-major order, or nested), or with
+the binary tensor data extension, tritonclient's default: the JSON part first,
+its length in the header ``Inference-Header-Content-Length``, then each binary
+input's raw bytes in the order of ``inputs``, each sized by its
+``parameters.binary_data_size``. An output is answered in binary when the
+request asks so for it (``parameters.binary_data: true``) or for all that say
+nothing (the request's ``parameters.binary_data_output: true``); such an
+answer is ``application/octet-stream`` with the same header, each binary
+output's size in its ``parameters.binary_data_size``. An answer without
+binary outputs is JSON, as is every answer to a request that asks none.
+Tensors are read and written by ``_v2tensors``, shared with the gRPC adapter
+(``_kserve_grpc``), which answers with the helpers of this module too.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-import numpy as np
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -29,28 +39,29 @@ from ..errors import UnknownModelError
 from ._auth import authorize_http as authorize
 from ._auth import http_sticky_key as sticky_key
 from ._errors import BadRequestError
-from ._http import blocking, json_response, read_json
+from ._http import blocking, json_response, read_body, read_json
 from ._service import ModelService
+from ._v2tensors import (
+    check_input,
+    from_json,
+    from_raw,
+    output_names,
+    tensor_metadata,
+    to_json,
+    to_raw,
+)
 
-__all__ = ["routes"]
+__all__ = [
+    "HEADER_LENGTH",
+    "model_metadata",
+    "model_ready",
+    "repository_index",
+    "routes",
+    "server_metadata",
+]
 
-# TensorFlow dtype name <-> the protocol's datatype.
-DATATYPES = {
-    "bool": "BOOL",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-    "bfloat16": "BF16",
-    "string": "BYTES",
-}
+#: The binary tensor data extension's header: the length of the body's JSON part.
+HEADER_LENGTH = "Inference-Header-Content-Length"
 
 
 def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
@@ -62,60 +73,43 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
     async def ready(request: Request) -> Response:
         return json_response({"ready": service.ready}, 200 if service.ready else 400)
 
-    async def server_metadata(request: Request) -> Response:
-        return json_response(
-            {
-                "name": "keras-lifecycle",
-                "version": metadata.version("keras-lifecycle"),
-                "extensions": ["model_repository"],
-            }
-        )
+    async def server(request: Request) -> Response:
+        return json_response(server_metadata())
 
-    async def model_metadata(request: Request) -> Response:
+    async def model(request: Request) -> Response:
         name, version = _model(request)
-        signature = await blocking(service.serving_signature, name, version)
-        statuses = await blocking(service.versions, name)
-        return json_response(
-            {
-                "name": name,
-                "versions": [str(s.version) for s in statuses],
-                "platform": "tensorflow_keras",
-                "inputs": [_tensor_metadata(spec) for spec in signature.inputs],
-                "outputs": [_tensor_metadata(spec) for spec in signature.outputs],
-            }
-        )
+        return json_response(await blocking(model_metadata, service, name, version))
 
-    async def model_ready(request: Request) -> Response:
+    async def is_ready(request: Request) -> Response:
         name, version = _model(request)
-        try:
-            statuses = await blocking(service.versions, name, version)
-        except UnknownModelError:
-            statuses = ()
-        is_ready = any(s.state is VersionState.READY for s in statuses)
-        return json_response({"name": name, "ready": is_ready}, 200 if is_ready else 400)
+        answer = await blocking(model_ready, service, name, version)
+        return json_response({"name": name, "ready": answer}, 200 if answer else 400)
 
     async def infer(request: Request) -> Response:
         name, version = _model(request)
-        if "inference-header-content-length" in request.headers:
+        encoding = request.headers.get("content-encoding", "identity")
+        if encoding.strip().lower() != "identity":
             raise BadRequestError(
-                "The binary tensor data extension is not supported: send tensors as "
-                "JSON (tritonclient: binary_data=False)."
+                f"Content-Encoding {encoding!r} is not supported: send the request body "
+                "uncompressed."
             )
-        body = await read_json(request, max_request_bytes)
+        body = await read_body(request, max_request_bytes)
+        header, binary = _split(body, request.headers.get(HEADER_LENGTH))
         key = sticky_key(request, service.config)
-        return json_response(await blocking(_infer, service, name, version, body, key))
+        answer, parts = await blocking(_infer, service, name, version, header, binary, key)
+        if not parts:
+            return json_response(answer)
+        head = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
+        return Response(
+            b"".join([head, *parts]),
+            media_type="application/octet-stream",
+            headers={HEADER_LENGTH: str(len(head))},
+        )
 
     async def index(request: Request) -> Response:
         body = await read_json(request, max_request_bytes, empty={})
         only_ready = isinstance(body, dict) and body.get("ready") is True
-        rows = await blocking(service.repository)
-        return json_response(
-            [
-                {"name": name, "version": "" if v is None else str(v), "state": state}
-                for name, v, state in rows
-                if not only_ready or state == "READY"
-            ]
-        )
+        return json_response(await blocking(repository_index, service, only_ready))
 
     async def load(request: Request) -> Response:
         authorize(request, service.config)  # an admin call
@@ -127,17 +121,17 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
         await blocking(service.unload, request.path_params["name"])
         return json_response({})
 
-    model = "/v2/models/{name}"
+    path = "/v2/models/{name}"
     versioned = "/v2/models/{name}/versions/{version:int}"
     return [
         Route("/v2/health/live", live),
         Route("/v2/health/ready", ready),
-        Route("/v2", server_metadata),
-        Route(model, model_metadata),
-        Route(versioned, model_metadata),
-        Route(f"{model}/ready", model_ready),
-        Route(f"{versioned}/ready", model_ready),
-        Route(f"{model}/infer", infer, methods=["POST"]),
+        Route("/v2", server),
+        Route(path, model),
+        Route(versioned, model),
+        Route(f"{path}/ready", is_ready),
+        Route(f"{versioned}/ready", is_ready),
+        Route(f"{path}/infer", infer, methods=["POST"]),
         Route(f"{versioned}/infer", infer, methods=["POST"]),
         Route("/v2/repository/index", index, methods=["POST"]),
         Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
@@ -145,90 +139,229 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
     ]
 
 
+# -- what both transports answer (REST here, gRPC in _kserve_grpc) ----------------------
+
+
+def server_metadata() -> dict[str, Any]:
+    """The server's name, version and protocol extensions."""
+    return {
+        "name": "keras-lifecycle",
+        "version": metadata.version("keras-lifecycle"),
+        "extensions": ["model_repository", "binary_tensor_data"],
+    }
+
+
+def model_metadata(service: ModelService, name: str, version: int | None) -> dict[str, Any]:
+    """A model's versions and the inputs and outputs of ``version`` (the default: None).
+
+    Raises:
+        UnknownModelError: No such model or version.
+    """
+    signature = service.serving_signature(name, version)
+    statuses = service.versions(name)
+    return {
+        "name": name,
+        "versions": [str(s.version) for s in statuses],
+        "platform": "tensorflow_keras",
+        "inputs": [tensor_metadata(spec) for spec in signature.inputs],
+        "outputs": [tensor_metadata(spec) for spec in signature.outputs],
+    }
+
+
+def model_ready(service: ModelService, name: str, version: int | None) -> bool:
+    """Whether ``name`` (``version`` of it, if given) has a version ready to serve."""
+    try:
+        statuses = service.versions(name, version)
+    except UnknownModelError:
+        return False
+    return any(s.state is VersionState.READY for s in statuses)
+
+
+def repository_index(service: ModelService, only_ready: bool) -> list[dict[str, str]]:
+    """The repository's models: each loaded version, and every model not loaded."""
+    return [
+        {"name": name, "version": "" if v is None else str(v), "state": state}
+        for name, v, state in service.repository()
+        if not only_ready or state == "READY"
+    ]
+
+
+# -- infer ------------------------------------------------------------------------------
+
+
 def _model(request: Request) -> tuple[str, int | None]:
     return request.path_params["name"], request.path_params.get("version")
 
 
-def _tensor_metadata(spec: Any) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "datatype": DATATYPES.get(spec.dtype, spec.dtype.upper()),
-        "shape": [-1 if d is None else d for d in spec.shape],
-    }
+def _split(body: bytearray, length: str | None) -> tuple[Any, memoryview]:
+    """The body's JSON part, parsed, and the binary data after it.
+
+    Raises:
+        BadRequestError: The header is not a byte count within the body, or the
+            JSON part is not UTF-8 JSON.
+    """
+    if length is None:
+        try:
+            return orjson.loads(body), memoryview(b"")
+        except orjson.JSONDecodeError as error:
+            raise BadRequestError(f"The request body is not valid JSON: {error}") from None
+    if not length.strip().isdigit():
+        raise BadRequestError(
+            f"{HEADER_LENGTH} must be the byte length of the body's JSON part. Received: {length!r}"
+        )
+    size = int(length)
+    if size > len(body):
+        raise BadRequestError(
+            f"{HEADER_LENGTH} is {size}, beyond the body's end: the body has {len(body)} bytes."
+        )
+    view = memoryview(body)
+    try:
+        return orjson.loads(view[:size]), view[size:]
+    except orjson.JSONDecodeError as error:
+        try:
+            bytes(view[:size]).decode("utf-8")
+        except UnicodeDecodeError as bad:
+            raise BadRequestError(
+                f"The body's JSON part (its first {size} bytes, as {HEADER_LENGTH} says) is "
+                f"not valid UTF-8: {bad}"
+            ) from None
+        raise BadRequestError(
+            f"The body's JSON part (its first {size} bytes, as {HEADER_LENGTH} says) is not "
+            f"valid JSON: {error}"
+        ) from None
 
 
 def _infer(
-    service: ModelService, name: str, version: int | None, body: Any, key: str | None
-) -> dict[str, Any]:
+    service: ModelService,
+    name: str,
+    version: int | None,
+    body: Any,
+    binary: memoryview,
+    key: str | None,
+) -> tuple[dict[str, Any], list[bytes]]:
+    """Run a v2 request: its JSON answer, and the binary outputs that follow it."""
     if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
         raise BadRequestError("The request body must be an object with an 'inputs' list.")
-    signature = service.serving_signature(name, version)
-    inputs = {}
-    for item in body["inputs"]:
-        if not isinstance(item, dict) or not {"name", "shape", "datatype", "data"} <= set(item):
-            raise BadRequestError(
-                "Each input must be an object with 'name', 'shape', 'datatype' and 'data'."
-            )
-        spec = signature.input(item["name"])
-        expected = DATATYPES.get(spec.dtype)
-        if item["datatype"] != expected:
-            raise BadRequestError(
-                f"Input {spec.name!r} has datatype {item['datatype']!r}; the model takes "
-                f"{expected!r}."
-            )
-        inputs[spec.name] = _array(item)
-    requested = body.get("outputs")
-    result = service.infer(name, inputs, version, key=key)
-    names = list(result.outputs)
-    if requested is not None:
-        if not isinstance(requested, list) or not all(
-            isinstance(o, dict) and "name" in o for o in requested
-        ):
-            raise BadRequestError("'outputs' must be a list of objects with a 'name'.")
-        names = [o["name"] for o in requested]
-        unknown = [n for n in names if n not in result.outputs]
-        if unknown:
-            raise BadRequestError(
-                f"The model has no outputs {unknown}. Outputs: {list(result.outputs)}"
-            )
+    items = body["inputs"]
+    raw = _binary_inputs(items, binary)
+    requested, binary_outputs = _requested_outputs(body)
+    with service.request(name, version, key=key) as lease:
+        inputs: dict[str, Any] = {}
+        for index, item in enumerate(items):
+            spec = check_input(lease.signature, item["name"], item["datatype"])
+            if spec.name in inputs:
+                raise BadRequestError(f"Input {spec.name!r} appears twice in the request.")
+            if index in raw:
+                inputs[spec.name] = from_raw(spec.name, item["datatype"], item["shape"], raw[index])
+            else:
+                inputs[spec.name] = from_json(item)
+        names = output_names(requested, [spec.name for spec in lease.signature.outputs])
+        result = lease.infer(inputs)
+    outputs, parts = [], []
+    for output in names:
+        array = result.outputs[output]
+        if not binary_outputs(output):
+            outputs.append(to_json(output, array))
+            continue
+        datatype, data = to_raw(array)
+        outputs.append(
+            {
+                "name": output,
+                "datatype": datatype,
+                "shape": list(array.shape),
+                "parameters": {"binary_data_size": len(data)},
+            }
+        )
+        parts.append(data)
     answer: dict[str, Any] = {
         "model_name": name,
         "model_version": str(result.version),
-        "outputs": [_output(n, result.outputs[n]) for n in names],
+        "outputs": outputs,
     }
     if "id" in body:
         answer["id"] = body["id"]
-    return answer
+    return answer, parts
 
 
-def _array(item: dict[str, Any]) -> Any:
-    shape = item["shape"]
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise BadRequestError(f"Input {item['name']!r}: 'shape' must be a list of ints >= 0.")
-    data = item["data"]
-    if item["datatype"] == "BYTES":
-        flat = np.asarray(data, dtype=object).reshape(-1)
-        flat = np.array([v.encode() if isinstance(v, str) else v for v in flat], dtype=object)
-    else:
-        flat = np.asarray(data).reshape(-1)
-    if flat.size != int(np.prod(shape)):
+def _parameters(owner: str, item: dict[str, Any]) -> dict[str, Any]:
+    parameters = item.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise BadRequestError(f"{owner}: 'parameters' must be an object.")
+    if "shared_memory_region" in parameters:
         raise BadRequestError(
-            f"Input {item['name']!r} has {flat.size} values, but its shape {shape} "
-            f"holds {int(np.prod(shape))}."
+            f"{owner} names a shared memory region, which this server does not support: "
+            "send the tensor in the request body."
         )
-    return flat.reshape(shape)
+    return parameters
 
 
-def _output(name: str, array: np.ndarray) -> dict[str, Any]:
-    if array.dtype.kind in "OS":
-        data: Any = [
-            v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v
-            for v in array.reshape(-1).tolist()
-        ]
-        datatype = "BYTES"
-    else:
-        data = array.reshape(-1)
-        datatype = DATATYPES.get(array.dtype.name, array.dtype.name.upper())
-    return {"name": name, "datatype": datatype, "shape": list(array.shape), "data": data}
+def _binary_inputs(items: list[Any], binary: memoryview) -> dict[int, memoryview]:
+    """Each binary input's bytes, by its index in ``items``.
+
+    Raises:
+        BadRequestError: An input is malformed, or the binary sizes do not add
+            up to the binary data after the JSON part.
+    """
+    raw: dict[int, memoryview] = {}
+    offset = 0
+    for index, item in enumerate(items):
+        if not isinstance(item, dict) or not {"name", "shape", "datatype"} <= set(item):
+            raise BadRequestError(
+                "Each input must be an object with 'name', 'shape', 'datatype' and 'data' "
+                "(or, in binary, 'parameters': {'binary_data_size': <bytes>})."
+            )
+        parameters = _parameters(f"Input {item['name']!r}", item)
+        size = parameters.get("binary_data_size")
+        if size is None:
+            if "data" not in item:
+                raise BadRequestError(
+                    f"Input {item['name']!r} has neither 'data' nor 'parameters.binary_data_size'."
+                )
+            continue
+        if "data" in item:
+            raise BadRequestError(
+                f"Input {item['name']!r} has both 'data' and 'parameters.binary_data_size': "
+                "send it one way."
+            )
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise BadRequestError(
+                f"Input {item['name']!r}: binary_data_size must be a byte count >= 0. "
+                f"Received: {size!r}"
+            )
+        if offset + size > len(binary):
+            raise BadRequestError(
+                f"Input {item['name']!r} has binary_data_size {size} at byte {offset} of the "
+                f"binary data, which has only {len(binary)} bytes after the JSON part"
+                + ("" if len(binary) else f" (is the {HEADER_LENGTH} header missing?)")
+                + "."
+            )
+        raw[index] = binary[offset : offset + size]
+        offset += size
+    if offset != len(binary):
+        raise BadRequestError(
+            f"The body has {len(binary)} bytes of binary data after its JSON part, but the "
+            f"inputs' binary_data_size add up to {offset}."
+        )
+    return raw
+
+
+def _requested_outputs(body: dict[str, Any]) -> tuple[list[str] | None, Any]:
+    """The outputs asked for (``None``: all), and which of them go in binary.
+
+    An output goes in binary if it asks so (``parameters.binary_data``), or
+    says nothing and the request asks binary for all
+    (``parameters.binary_data_output``), as Triton decides.
+    """
+    default = _parameters("The request", body).get("binary_data_output") is True
+    requested = body.get("outputs")
+    if requested is None:
+        return None, lambda name: default
+    if not isinstance(requested, list) or not all(
+        isinstance(o, dict) and isinstance(o.get("name"), str) for o in requested
+    ):
+        raise BadRequestError("'outputs' must be a list of objects with a 'name'.")
+    binary = {
+        o["name"]: _parameters(f"Output {o['name']!r}", o).get("binary_data", default) is True
+        for o in requested
+    }
+    return [o["name"] for o in requested], lambda name: binary.get(name, default)
