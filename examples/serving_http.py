@@ -6,14 +6,16 @@ Saves two versions of a model as ``.keras`` files in TensorFlow Serving's layout
 model status, metadata, a predict in both protocols, a request it must refuse. A new
 version dropped in the base path is loaded through the repository API and served.
 Requests are batched as a TensorFlow Serving ``--batching_parameters_file`` says,
-read as it is.
+read as it is. Beside it, a Triton/KServe model repository (``<repository>/<model>/<version>/``)
+is served in Triton's ``explicit`` control mode: its models load and unload by name.
 
 Run::
 
     python examples/serving_http.py
 
 The same server as a command: ``lifecycle serve --model_name risk --model_base_path <base>
---enable_batching --batching_parameters_file <file>``.
+--enable_batching --batching_parameters_file <file> --model_repository <repository>
+--model_control_mode explicit``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def main() -> None:
     base = os.path.join(tempfile.mkdtemp(), "risk")
     save_version(base, 1, 1.0)
     save_version(base, 2, 2.0)
+    repository = os.path.join(os.path.dirname(base), "repository")
+    save_version(os.path.join(repository, "fraud"), 1, 7.0)  # <repository>/<model>/<version>/
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -81,6 +85,8 @@ def main() -> None:
         model_base_path=base,
         enable_batching=True,
         batching_parameters_file=batching_file,
+        model_repository=repository,
+        model_control_mode="explicit",  # Triton's: models load and unload by name
     )
     policy = config.batching
     print(
@@ -126,6 +132,14 @@ def main() -> None:
             _, status = call(f"{url}/v1/models/risk")
             states = {s["version"]: s["state"] for s in status["model_version_status"]}
             print("versions:", states)  # 2 left the policy (latest 1): drained, then disposed
+
+            # The model repository: nothing of it loads until asked, in explicit mode.
+            _, index = call(f"{url}/v2/repository/index", {})
+            print("repository:", [(m["name"], m["version"], m["state"]) for m in index])
+            call(f"{url}/v2/repository/models/fraud/load", {})
+            _, answer = call(f"{url}/v1/models/fraud:predict", {"instances": [[0.0, 0.0, 0.0]]})
+            print(f"fraud, loaded by name: {answer['predictions']}")
+            call(f"{url}/v2/repository/models/fraud/unload", {})
         finally:
             server.should_exit = True
             thread.join(30)

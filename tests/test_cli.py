@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -289,6 +290,7 @@ def test_a_failed_self_check_prints_the_error_and_exits_1(app, monkeypatch):
 # packages it imported.
 AS_INSTALLED = """
 import sys
+import time
 import lifecycle_cli
 sys.argv[0] = "lifecycle"
 try:
@@ -433,3 +435,97 @@ def test_filtered_stderr_writes_back_all_but_the_noise(monkeypatch, capfd, gpu):
         os.write(2, f"{noise}\n{CUINIT}\n{real}\n".encode())
     err = capfd.readouterr().err
     assert err.splitlines() == [*([CUINIT] if gpu else []), real]
+
+
+# Flags `lifecycle serve` refuses before it imports TensorFlow; {tmp} is a
+# directory of the test's (see test_serve_refuses_bad_flags_at_once_without_tensorflow).
+BAD_SERVE_FLAGS = [
+    (["--rest_api_port", "70000"], "--rest_api_port must be a port number, 0-65535"),
+    (["--port", "-1"], "--port must be a port number"),
+    (["--grpc_max_threads", "0"], "--grpc_max_threads must be an integer >= 1"),
+    (["--drain_seconds", "0"], "--drain_seconds must be a number > 0"),
+    (["--host", "0.0.0.0"], "--host '0.0.0.0' accepts other hosts, so the admin API needs a token"),
+    (["--admin_token", "two words"], "--admin_token (or LIFECYCLE_ADMIN_TOKEN) must be"),
+    (["--sticky_key_header", "a key"], "--sticky_key_header must be an HTTP header name"),
+    (["--swap_policy", "fast"], "--swap_policy must be one of"),
+    (["--route", "risk"], "--route takes name=target:weight"),
+    (["--model_name", "risk"], "--model_name needs --model_base_path"),
+    (
+        ["--model_base_path", "{tmp}/base", "--model_config_file", "{tmp}/models.config"],
+        "--model_config_file cannot be combined with --model_name/--model_base_path",
+    ),
+    (["--model_base_path", "{tmp}/missing"], "base path '{tmp}/missing' is not a directory"),
+    (["--model_base_path", "{tmp}/models.config"], "is not a directory"),
+    (
+        ["--model_base_path", "{tmp}/saved"],
+        "<base_path>/<version>/saved_model.pb, e.g. {tmp}/saved/1/saved_model.pb",
+    ),
+    (["--model_base_path", "{tmp}/keras"], "<base_path>/<version>/model.keras"),
+    (["--model_config_file", "{tmp}/missing.config"], "--model_config_file '{tmp}/missing."),
+    (["--model_config_file", "{tmp}/saved.config"], "e.g. {tmp}/saved/1/saved_model.pb"),
+    (["--model_base_path", "{tmp}/base", "--route", "other=1:1"], "--route names models that"),
+    (["--model_control_mode", "poll"], "--model_control_mode and --load_model need --model_"),
+    (["--model_repository", "{tmp}/missing"], "repository '{tmp}/missing' is not a directory"),
+    (["--model_repository", "{tmp}/base"], "<repository>/<model>/<version>/saved_model.pb"),
+    (
+        ["--model_repository", "{tmp}/repo", "--model_control_mode", "lazy"],
+        "--model_control_mode must",
+    ),
+    (
+        [
+            *("--model_repository", "{tmp}/repo"),
+            *("--model_control_mode", "explicit", "--load_model", "nope"),
+        ],
+        "--load_model ['nope']: no such model directory",
+    ),
+    (["--enable_batching", "--batching_parameters_file", "{tmp}/no"], "does not exist"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_serve_dirs(tmp_path_factory):
+    """Directories for BAD_SERVE_FLAGS: made by hand, as TensorFlow is not needed to tell."""
+    tmp = tmp_path_factory.mktemp("serve-flags")
+    (tmp / "base" / "1").mkdir(parents=True)  # a version directory: a base path
+    (tmp / "base" / "1" / "saved_model.pb").write_bytes(b"")
+    (tmp / "saved" / "variables").mkdir(parents=True)  # a SavedModel, not a base path
+    (tmp / "saved" / "saved_model.pb").write_bytes(b"")
+    (tmp / "keras").mkdir()
+    (tmp / "keras" / "model.keras").write_bytes(b"")
+    (tmp / "repo" / "risk" / "1").mkdir(parents=True)
+    (tmp / "models.config").write_text(
+        f'model_config_list {{ config {{ name: "m" base_path: "{tmp}/base" }} }}'
+    )
+    (tmp / "saved.config").write_text(
+        f'model_config_list {{ config {{ name: "m" base_path: "{tmp}/saved" }} }}'
+    )
+    return tmp
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(("flags", "fragment"), BAD_SERVE_FLAGS)
+def test_serve_refuses_bad_flags_at_once_without_tensorflow(flags, fragment, bad_serve_dirs):
+    """Exit 2 and one line naming the flag, before TensorFlow is imported (seconds)."""
+    tmp = str(bad_serve_dirs)
+    args = [flag.replace("{tmp}", tmp) for flag in flags]
+    env = {k: v for k, v in os.environ.items() if k != "LIFECYCLE_ADMIN_TOKEN"}
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-c", AS_INSTALLED, "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    took = time.perf_counter() - started
+    print(f"lifecycle serve {' '.join(flags)}: exit {result.returncode} after {took:.2f} s")
+    assert result.returncode == 2, result.stderr
+    assert result.stdout.splitlines()[-1] == "imported: []"
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("lifecycle serve: ")
+    assert fragment.replace("{tmp}", tmp) in lines[0]
+    # Well under a second on an idle machine; the bound leaves room for a loaded CI.
+    assert took < 3, f"{took:.2f} s"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import inspect
 import signal
 import socket
 import subprocess
@@ -31,7 +32,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
-from lifecycle.server import ServedModel, ServerConfig, build_app
+from lifecycle.server import ServedModel, ServerConfig, _flags, build_app
 
 MAX_REQUEST_BYTES = 64 * 1024
 ROOT = Path(__file__).resolve().parents[1]
@@ -580,9 +581,13 @@ def test_v2_repository_index_unload_and_load(v2, server):
 # -- metrics ----------------------------------------------------------------------------
 
 
-def test_prometheus_metrics_report_the_served_versions(http):
+@pytest.mark.parametrize("path", ["/monitoring/prometheus/metrics", "/metrics"])
+def test_prometheus_metrics_report_the_served_versions(http, path):
+    """At TensorFlow Serving's path, and at the one Prometheus scrapes by default."""
     http.post("/v1/models/risk/versions/1:predict", json={"instances": [[0, 0, 0]]})
-    text = http.get("/monitoring/prometheus/metrics").text
+    scraped = http.get(path)
+    assert scraped.headers["content-type"].startswith("text/plain")
+    text = scraped.text
     assert 'lifecycle_version_bytes{model="risk",registry="test-server",version="1"}' in text
     assert "lifecycle_live_models" in text
 
@@ -624,6 +629,17 @@ def test_config_file_policies_and_labels(models_root):
 def test_bad_flags_are_refused_naming_the_flag(flags, error, fragment):
     with pytest.raises(error, match=fragment):
         ServerConfig.from_flags(**flags)
+
+
+def test_the_checks_without_tensorflow_take_the_flags_of_from_flags():
+    """``lifecycle serve`` runs them first, with the same flags (lifecycle/server/_flags.py)."""
+
+    def defaults(function: Any) -> dict[str, Any]:
+        parameters = inspect.signature(function).parameters.values()
+        return {p.name: getattr(p.default, "value", p.default) for p in parameters}  # enums
+
+    assert defaults(_flags.check_flags) == defaults(ServerConfig.from_flags)
+    assert set(_flags.SWAP_POLICIES) == {policy.value for policy in lc.SwapPolicy}
 
 
 @pytest.mark.parametrize(
@@ -749,6 +765,28 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root, tmp_path):
     assert f"gRPC running on 127.0.0.1:{grpc_port}" in output
     assert "Registry closed: 1 version(s) drained and disposed." in output
     assert "POST /v1/models" not in output  # no line per request, as in TensorFlow Serving
+
+
+@pytest.mark.subprocess
+def test_lifecycle_serve_that_cannot_load_its_models_says_so_in_one_line(tmp_path):
+    """A model the server cannot serve is one line and exit 1, not uvicorn's traceback."""
+    (tmp_path / "empty").mkdir()
+    variables = tmp_path / "broken" / "1" / "variables"  # a SavedModel's files, garbled
+    variables.mkdir(parents=True)
+    (variables / "variables.index").write_bytes(b"not an index")
+    (variables.parent / "saved_model.pb").write_bytes(b"not a SavedModel")
+    command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
+    for base, fragment in [
+        ("empty", "Start-up failed: Model 'default': no version directory under"),
+        ("broken", "Start-up failed: Loading 'default' version 1 failed"),
+    ]:
+        flags = ["--model_base_path", str(tmp_path / base), "--rest_api_port", str(free_port())]
+        result = subprocess.run(
+            [*command, *flags, "--port", "0"], capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 1, result.stderr
+        assert fragment in result.stderr
+        assert "Traceback" not in result.stderr + result.stdout
 
 
 @pytest.mark.subprocess

@@ -3,15 +3,23 @@
 The flags are TensorFlow Serving's model server's where they mean the same
 (``--port``, ``--rest_api_port``, ``--grpc_max_threads``, ``--model_name``, ``--model_base_path``,
 ``--model_config_file``, ``--enable_batching``, ``--batching_parameters_file``, the
-``--tensorflow_*_parallelism`` flags). The library, TensorFlow and the server's extra are
-imported only when the command runs, so ``--help`` answers at once.
+``--tensorflow_*_parallelism`` flags), and Triton's for its model repository
+(``--model_repository``, ``--model_control_mode``, ``--load_model``,
+``--repository_poll_secs``). The library, TensorFlow and the server's extra are
+imported only when the command runs, so ``--help`` answers at once; and the flags
+are checked before that (``lifecycle/server/_flags.py``, which imports no
+TensorFlow), so a bad one is refused at once too.
 """
 
 # No `from __future__ import annotations`: typer reads the command's annotations
 # at run time.
+import importlib
+import importlib.util
 import os
 import sys
-from typing import Annotated
+from pathlib import Path
+from types import ModuleType
+from typing import Annotated, Any
 
 import typer
 
@@ -19,6 +27,42 @@ from ._app import console
 from ._quiet import import_library
 
 SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
+_FLAGS = "lifecycle.server._flags"
+
+
+def flag_checks() -> ModuleType:
+    """``lifecycle.server._flags``, the server's flag checks, without importing TensorFlow.
+
+    ``import lifecycle.server`` runs ``lifecycle/__init__.py``, which imports
+    TensorFlow. The module imports nothing of the library, so it is loaded from
+    its file, as ``lifecycle_cli`` loads this package, under its own name: the
+    server imports the same module later.
+    """
+    if _FLAGS in sys.modules:
+        return sys.modules[_FLAGS]
+    if "lifecycle" in sys.modules:  # TensorFlow is imported already: the usual way
+        try:
+            return importlib.import_module(_FLAGS)
+        except ImportError:  # the serve extra is missing: said once the command runs
+            pass
+    path = Path(__file__).resolve().parent.parent / "server" / "_flags.py"
+    spec = importlib.util.spec_from_file_location(_FLAGS, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_FLAGS] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_FLAGS]
+        raise
+    return module
+
+
+def refuse(error: Exception) -> typer.Exit:
+    """Print ``error`` on one line of stderr, as a usage error; the exit (status 2) to raise."""
+    message = " ".join(str(error).split())
+    typer.echo(f"lifecycle serve: {message}", err=True)
+    return typer.Exit(2)
 
 
 def serve(
@@ -44,6 +88,38 @@ def serve(
         "--model_config_file",
         help="TensorFlow Serving ModelServerConfig in text format: several models, "
         "version policies, version labels.",
+    ),
+    model_repository: str = typer.Option(
+        None,
+        "--model_repository",
+        "--model-repository",
+        help="Triton/KServe model repository <repository>/<model>/<version>/ (SavedModels "
+        "or .keras files); with --model_base_path or --model_config_file, names must differ.",
+    ),
+    model_control_mode: str = typer.Option(
+        None,
+        "--model_control_mode",
+        "--model-control-mode",
+        help="How --model_repository is served, as in Triton. none (default): every model "
+        "loaded at start-up, repository load/unload refused; poll: as none, and the "
+        "repository rescanned every --repository_poll_secs; explicit: --load_model at "
+        "start-up, then any model loaded and unloaded by name.",
+    ),
+    load_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--load_model",
+            "--load-model",
+            metavar="NAME",
+            help="With --model_control_mode explicit: a model loaded at start-up (repeat for "
+            "several; '*': all).",
+        ),
+    ] = None,
+    repository_poll_secs: float = typer.Option(
+        None,
+        "--repository_poll_secs",
+        "--repository-poll-secs",
+        help="With --model_control_mode poll: rescan the repository this often (default: 15).",
     ),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to bind; 0.0.0.0 to accept other hosts."
@@ -177,6 +253,46 @@ def serve(
     The ports open once the models are loaded and warmed up. SIGTERM or SIGINT
     stops accepting, drains requests in flight, unloads every version and exits 0.
     """
+    flags: dict[str, Any] = {
+        "rest_api_port": rest_api_port,
+        "port": port,
+        "grpc_max_threads": grpc_max_threads,
+        "model_name": model_name,
+        "model_base_path": model_base_path,
+        "model_config_file": model_config_file,
+        "model_repository": model_repository,
+        "model_control_mode": model_control_mode,
+        "load_model": load_model or (),
+        "repository_poll_secs": repository_poll_secs,
+        "host": host,
+        "memory_budget": memory_budget,
+        "max_loaded": max_loaded,
+        "max_request_bytes": max_request_bytes,
+        "drain_seconds": drain_seconds,
+        "file_system_poll_wait_seconds": file_system_poll_wait_seconds,
+        "admin_api": not no_admin_api,
+        "admin_token": admin_token,
+        "sticky_key_header": sticky_key_header,
+        "model_factory": model_factory or (),
+        "swap_policy": swap_policy,
+        "route": route or (),
+        "enable_batching": enable_batching,
+        "batching_parameters_file": batching_parameters_file,
+        "max_batch_size": max_batch_size,
+        "batch_timeout_micros": batch_timeout_micros,
+        "allowed_batch_sizes": allowed_batch_sizes,
+        "num_batch_threads": num_batch_threads,
+        "max_enqueued_batches": max_enqueued_batches,
+        "batch_return_wait": batch_return_wait,
+        "tensorflow_session_parallelism": tensorflow_session_parallelism,
+        "tensorflow_intra_op_parallelism": tensorflow_intra_op_parallelism,
+        "tensorflow_inter_op_parallelism": tensorflow_inter_op_parallelism,
+        "access_log": access_log,
+    }
+    try:  # before TensorFlow is imported, which takes seconds
+        flag_checks().check_flags(**flags)
+    except (ValueError, FileNotFoundError) as error:
+        raise refuse(error) from None
     if "tensorflow" not in sys.modules:  # read once, when TensorFlow is imported
         # A serving process is better off without oneDNN's caching allocator
         # (docs/registry.md).
@@ -193,39 +309,7 @@ def serve(
         )
         raise typer.Exit(2) from None
     try:
-        config = ServerConfig.from_flags(
-            rest_api_port=rest_api_port,
-            port=port,
-            grpc_max_threads=grpc_max_threads,
-            model_name=model_name,
-            model_base_path=model_base_path,
-            model_config_file=model_config_file,
-            host=host,
-            memory_budget=memory_budget,
-            max_loaded=max_loaded,
-            max_request_bytes=max_request_bytes,
-            drain_seconds=drain_seconds,
-            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
-            admin_api=not no_admin_api,
-            admin_token=admin_token,
-            sticky_key_header=sticky_key_header,
-            model_factory=model_factory or (),
-            swap_policy=swap_policy,
-            route=route or (),
-            enable_batching=enable_batching,
-            batching_parameters_file=batching_parameters_file,
-            max_batch_size=max_batch_size,
-            batch_timeout_micros=batch_timeout_micros,
-            allowed_batch_sizes=allowed_batch_sizes,
-            num_batch_threads=num_batch_threads,
-            max_enqueued_batches=max_enqueued_batches,
-            batch_return_wait=batch_return_wait,
-            tensorflow_session_parallelism=tensorflow_session_parallelism,
-            tensorflow_intra_op_parallelism=tensorflow_intra_op_parallelism,
-            tensorflow_inter_op_parallelism=tensorflow_inter_op_parallelism,
-            access_log=access_log,
-        )
+        config = ServerConfig.from_flags(**flags)
     except (ValueError, FileNotFoundError) as error:
-        console().print(f"lifecycle serve: {error}", markup=False)
-        raise typer.Exit(2) from None
+        raise refuse(error) from None
     run(config)

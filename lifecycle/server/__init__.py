@@ -7,6 +7,7 @@ importing this package without it raises an ``ImportError`` naming the
 Modules, one concern each:
 
 * ``_config``: :class:`ServerConfig`, the flags, TensorFlow Serving's model config file;
+* ``_flags``: the flags' checks that need no TensorFlow, which the command runs first;
 * ``_service``: :class:`ModelService`, the one request path into the registry;
 * ``_tfserving``, ``_kserve``, ``_grpc``, ``_kserve_grpc``: the protocol adapters, side
   by side (TensorFlow Serving's REST, KServe v2's REST, TensorFlow Serving's gRPC,
@@ -14,8 +15,7 @@ Modules, one concern each:
 * ``_v2tensors``: KServe v2 tensors as JSON, raw bytes and typed gRPC contents, shared
   by both v2 adapters; ``_open_inference``: v2's gRPC messages, compiled from
   ``open_inference.proto``;
-* ``_admin``: the admin API (promote, labels, routes);
-* ``_auth``: admin credentials (one check for every transport) and sticky keys;
+* ``_admin``: the admin API (promote, labels, routes), bearer tokens, sticky keys;
 * ``_errors``: the one table from exceptions to wire statuses;
 * ``_http``: JSON bodies under a size limit, shared by the adapters;
 * ``_app``: :func:`build_app` (the ASGI app) and :func:`serve` (the process, with

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from .._core import tune_allocator
 from .._registry import ModelRegistry
+from ..errors import LifecycleError
 from ._admin import routes as admin_routes
 from ._config import ServerConfig
 from ._errors import ERRORS, error_status, wire_message
@@ -38,7 +39,8 @@ from ._tfserving import routes as tfserving_routes
 
 __all__ = ["build_app", "serve"]
 
-METRICS_PATH = "/monitoring/prometheus/metrics"
+#: TensorFlow Serving's path of the Prometheus metrics, and the one Prometheus scrapes by default.
+METRICS_PATHS = ("/monitoring/prometheus/metrics", "/metrics")
 
 _log = logging.getLogger("lifecycle.server")
 
@@ -114,7 +116,7 @@ def build_app(
 
 
 def _metrics_routes(registry: ModelRegistry) -> list[Route]:
-    """Prometheus metrics at TensorFlow Serving's path, when prometheus-client is installed."""
+    """Prometheus metrics at TensorFlow Serving's path and ``/metrics``, with prometheus-client."""
     try:
         import prometheus_client
     except ImportError:
@@ -128,7 +130,7 @@ def _metrics_routes(registry: ModelRegistry) -> list[Route]:
         body = await blocking(prometheus_client.generate_latest, metrics)
         return Response(body, media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
-    return [Route(METRICS_PATH, scrape)]
+    return [Route(path, scrape) for path in METRICS_PATHS]
 
 
 class _Server(uvicorn.Server):
@@ -279,6 +281,14 @@ def serve(config: ServerConfig) -> None:
         grpc_address=f"{config.host}:{config.grpc_port}",
     )
     try:
+        # The models load before the ports open, here rather than in the app's
+        # start-up: a model that cannot be served is one line naming it, not a
+        # traceback through uvicorn's lifespan (the lifespan then finds it started).
+        try:
+            service.start()
+        except (OSError, ValueError, LifecycleError) as error:
+            logging.getLogger("uvicorn.error").error("Start-up failed: %s", error)
+            raise SystemExit(1) from None
         server.run()
     finally:
         versions = len(registry.status())

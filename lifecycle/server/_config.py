@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import ipaddress
-import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,37 +18,21 @@ from typing import Any
 import attrs
 
 from .._registry import BatchingPolicy, SwapPolicy, VersionPolicy
+from . import _flags
+from ._flags import ADMIN_TOKEN_ENV, LABEL_CHARS, REPOSITORY_POLL_SECS, is_loopback
 
 __all__ = [
     "ADMIN_TOKEN_ENV",
     "ServedModel",
     "ServerConfig",
     "import_factory",
+    "is_loopback",
     "read_batching_parameters",
     "served_models",
 ]
 
-# TensorFlow Serving's own label syntax.
-_LABEL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-
-#: Where the admin token is read when ``--admin_token`` is not given: a secret
-#: on a command line is visible to every user of the machine (``ps``).
-ADMIN_TOKEN_ENV = "LIFECYCLE_ADMIN_TOKEN"
-
-# An HTTP header name (RFC 9110 token characters).
-_HEADER_CHARS = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"
-)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (or ``localhost``): other hosts cannot connect."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve beyond loopback
-        return False
+# Kept under its former name for the modules that import it from here.
+_LABEL_CHARS = LABEL_CHARS
 
 
 @attrs.frozen
@@ -77,57 +59,16 @@ class ServedModel:
     factory: Callable[[], Any] | None = attrs.field(default=None, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        for label in self.labels:
-            if not label or not set(label) <= _LABEL_CHARS:
-                raise ValueError(
-                    f"Model {self.name!r}: version label {label!r} must match [a-zA-Z0-9_]+."
-                )
+        _flags.check_labels(self.name, self.labels)
 
 
-def _port(flag: str) -> object:
-    def check(_: object, __: object, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-            raise ValueError(f"{flag} must be a port number, 0-65535. Received: {value!r}")
+def _rule(check: Callable[..., None], flag: str, **options: Any) -> Any:
+    """An attrs validator that applies one of :mod:`._flags`'s checks to a field."""
 
-    return check
+    def validate(_: object, __: object, value: object) -> None:
+        check(flag, value, **options)
 
-
-def _positive(flag: str, *, optional: bool = False) -> object:
-    def check(_: object, __: object, value: float | None) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{flag} must be a number > 0. Received: {value!r}")
-
-    return check
-
-
-def _count(flag: str) -> object:
-    def check(_: object, __: object, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{flag} must be an integer >= 1. Received: {value!r}")
-
-    return check
-
-
-def _non_negative(flag: str) -> object:
-    def check(_: object, __: object, value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{flag} must be a number >= 0. Received: {value!r}")
-
-    return check
-
-
-def _check_threads(flag: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{flag} must be an integer >= 0. Received: {value!r}")
-
-
-def _threads(flag: str) -> object:
-    def check(_: object, __: object, value: int) -> None:
-        _check_threads(flag, value)
-
-    return check
+    return validate
 
 
 @attrs.frozen
@@ -186,6 +127,21 @@ class ServerConfig:
             default, as TensorFlow Serving logs none: each line is written on
             the event loop, and a console or pipe nobody reads stalls the
             server once full.
+        model_repository: A Triton/KServe model repository,
+            ``<repository>/<model>/<version>/`` (``--model_repository``),
+            beside :attr:`models`: each directory is a model, each of its
+            version directories a SavedModel or a ``.keras`` file; its latest
+            version serves. Names must not collide with :attr:`models`.
+        model_control_mode: Triton's ``--model_control_mode``: ``"none"``
+            loads every model of the repository at start-up and refuses
+            repository loads and unloads of them; ``"poll"`` too, and rescans
+            the repository every :attr:`repository_poll_secs`; ``"explicit"``
+            loads :attr:`load_models` at start-up, and any model of the
+            repository by name through the repository API.
+        load_models: With ``"explicit"``: the models loaded at start-up
+            (``--load_model``; ``"*"``: all).
+        repository_poll_secs: With ``"poll"``: how often the repository is
+            scanned (``--repository_poll_secs``; 15 by default, as in Triton).
 
     Example:
         >>> from lifecycle.server import ServerConfig
@@ -195,22 +151,28 @@ class ServerConfig:
     """
 
     models: tuple[ServedModel, ...] = attrs.field(default=(), converter=tuple)
-    rest_api_port: int = attrs.field(default=8501, validator=_port("--rest_api_port"))
-    grpc_port: int = attrs.field(default=8500, validator=_port("--port"))
-    grpc_max_threads: int = attrs.field(default=16, validator=_count("--grpc_max_threads"))
+    rest_api_port: int = attrs.field(
+        default=8501, validator=_rule(_flags.check_port, "--rest_api_port")
+    )
+    grpc_port: int = attrs.field(default=8500, validator=_rule(_flags.check_port, "--port"))
+    grpc_max_threads: int = attrs.field(
+        default=16, validator=_rule(_flags.check_count, "--grpc_max_threads")
+    )
     host: str = "127.0.0.1"
     memory_budget: int | None = attrs.field(
-        default=None, validator=_positive("--memory_budget", optional=True)
+        default=None, validator=_rule(_flags.check_positive, "--memory_budget", optional=True)
     )
     max_loaded: int | None = attrs.field(
-        default=None, validator=_positive("--max_loaded", optional=True)
+        default=None, validator=_rule(_flags.check_positive, "--max_loaded", optional=True)
     )
     max_request_bytes: int = attrs.field(
-        default=64 * 2**20, validator=_positive("--max_request_bytes")
+        default=64 * 2**20, validator=_rule(_flags.check_positive, "--max_request_bytes")
     )
-    drain_seconds: float = attrs.field(default=10.0, validator=_positive("--drain_seconds"))
+    drain_seconds: float = attrs.field(
+        default=10.0, validator=_rule(_flags.check_positive, "--drain_seconds")
+    )
     file_system_poll_wait_seconds: float = attrs.field(
-        default=1.0, validator=_non_negative("--file_system_poll_wait_seconds")
+        default=1.0, validator=_rule(_flags.check_non_negative, "--file_system_poll_wait_seconds")
     )
     loader_nice: int | None = 10 if sys.platform.startswith("linux") else None
     loader_gil_share: float = 0.5
@@ -221,47 +183,58 @@ class ServerConfig:
     admin_token: str | None = attrs.field(default=None, repr=False)
     sticky_key_header: str = "X-Lifecycle-Key"
     swap_policy: SwapPolicy = attrs.field(
-        default=SwapPolicy.AVAILABILITY_PRESERVING, converter=lambda p: _swap_policy(p)
+        default=SwapPolicy.AVAILABILITY_PRESERVING,
+        converter=lambda p: (
+            p if isinstance(p, SwapPolicy) else SwapPolicy(_flags.swap_policy_name(p))
+        ),
     )
     routes: Mapping[str, Mapping[str | int, float]] = attrs.field(
         factory=dict, converter=lambda d: {name: dict(w) for name, w in dict(d).items()}
     )
     batching: BatchingPolicy | None = None
     intra_op_parallelism: int = attrs.field(
-        default=0, validator=_threads("--tensorflow_intra_op_parallelism")
+        default=0, validator=_rule(_flags.check_threads, "--tensorflow_intra_op_parallelism")
     )
     inter_op_parallelism: int = attrs.field(
-        default=0, validator=_threads("--tensorflow_inter_op_parallelism")
+        default=0, validator=_rule(_flags.check_threads, "--tensorflow_inter_op_parallelism")
     )
     access_log: bool = False
+
+    model_repository: str | None = attrs.field(
+        default=None,
+        converter=lambda p: None if p is None else _flags.repository_path(p, models=False),
+    )
+    model_control_mode: str = attrs.field(default="none", converter=_flags.control_mode)
+    load_models: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    repository_poll_secs: float = attrs.field(
+        default=REPOSITORY_POLL_SECS,
+        validator=_rule(_flags.check_non_negative, "--repository_poll_secs"),
+    )
 
     def __attrs_post_init__(self) -> None:
         names = [model.name for model in self.models]
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ValueError(f"--model_config_file names {twice} more than once.")
-        unknown = sorted(set(self.routes) - set(names))
-        if unknown:
-            raise ValueError(f"--route names models that are not served: {unknown}")
-        if self.admin_token is not None and (
-            not self.admin_token or not self.admin_token.isprintable() or " " in self.admin_token
-        ):
-            raise ValueError(
-                f"--admin_token (or {ADMIN_TOKEN_ENV}) must be a non-empty string of "
-                "printable characters without spaces (it travels as "
-                "'Authorization: Bearer <token>')."
-            )
-        if self.admin_api and self.admin_token is None and not is_loopback(self.host):
-            raise ValueError(
-                f"--host {self.host!r} accepts other hosts, so the admin API needs a token: "
-                f"set --admin_token (or the {ADMIN_TOKEN_ENV} environment variable), or "
-                "pass --no_admin_api to serve without the admin API."
-            )
-        if not self.sticky_key_header or not set(self.sticky_key_header) <= _HEADER_CHARS:
-            raise ValueError(
-                "--sticky_key_header must be an HTTP header name. "
-                f"Received: {self.sticky_key_header!r}"
-            )
+        started = self.startup_models()
+        _flags.check_routes(self.routes, [*names, *started])
+        _flags.check_admin(self.host, self.admin_api, self.admin_token)
+        _flags.check_header(self.sticky_key_header)
+
+    def startup_models(self) -> tuple[str, ...]:
+        """The models of :attr:`model_repository` to load at start-up, as its control mode says.
+
+        Raises:
+            ValueError: The repository's models collide with :attr:`models`, or
+                :attr:`load_models` names a model it does not hold.
+        """
+        return _flags.startup_models(
+            self.model_repository,
+            self.model_control_mode,
+            self.load_models,
+            self.repository_poll_secs,
+            [model.name for model in self.models],
+        )
 
     @classmethod
     def from_flags(
@@ -273,6 +246,10 @@ class ServerConfig:
         model_name: str | None = None,
         model_base_path: str | None = None,
         model_config_file: str | None = None,
+        model_repository: str | None = None,
+        model_control_mode: str | None = None,
+        load_model: Sequence[str] = (),
+        repository_poll_secs: float | None = None,
         host: str = "127.0.0.1",
         memory_budget: int | None = None,
         max_loaded: int | None = None,
@@ -329,17 +306,13 @@ class ServerConfig:
                 the config file is malformed; the message names the flag.
             FileNotFoundError: The config file or a base path does not exist.
         """
-        if model_config_file is not None and (model_base_path or model_name):
-            raise ValueError(
-                "--model_config_file cannot be combined with --model_name/--model_base_path."
-            )
+        flags = {name: value for name, value in locals().items() if name != "cls"}
+        _flags.check_flags(**flags)  # what needs no TensorFlow, as the command checks first
         models: tuple[ServedModel, ...] = ()
         if model_config_file is not None:
             models = read_model_config(model_config_file)
         elif model_base_path is not None:
-            models = (ServedModel(model_name or "default", _base_path(model_base_path)),)
-        elif model_name is not None:
-            raise ValueError("--model_name needs --model_base_path.")
+            models = (ServedModel(model_name or "default", _flags.base_path(model_base_path)),)
         models = _with_factories(models, model_factory)
         return cls(
             models=models,
@@ -354,10 +327,10 @@ class ServerConfig:
             file_system_poll_wait_seconds=file_system_poll_wait_seconds,
             admin_api=admin_api,
             access_log=access_log,
-            admin_token=admin_token if admin_token is not None else _env_token(),
+            admin_token=admin_token if admin_token is not None else _flags.env_token(),
             sticky_key_header=sticky_key_header,
             swap_policy=swap_policy,
-            routes=dict(_route(spec) for spec in route),
+            routes=dict(_flags.parse_route(spec) for spec in route),
             batching=_batching(
                 enable_batching,
                 batching_parameters_file,
@@ -370,10 +343,16 @@ class ServerConfig:
                 },
                 batch_return_wait,
             ),
-            **_parallelism(
+            **_flags.parallelism(
                 tensorflow_session_parallelism,
                 tensorflow_intra_op_parallelism,
                 tensorflow_inter_op_parallelism,
+            ),
+            model_repository=model_repository,
+            model_control_mode=model_control_mode or "none",
+            load_models=load_model,
+            repository_poll_secs=(
+                REPOSITORY_POLL_SECS if repository_poll_secs is None else repository_poll_secs
             ),
         )
 
@@ -386,23 +365,10 @@ def _batching(
     ``--batch_return_wait`` (``return_wait``) is not a TensorFlow Serving
     parameter, so it combines with the file as well as with the flags.
     """
-    given = {name: value for name, value in flags.items() if value is not None}
-    if path is not None and given:
-        named = ", ".join(f"--{name}" for name in given)
-        raise ValueError(
-            f"--batching_parameters_file cannot be combined with {named}: set them in the file."
-        )
+    given = _flags.batching_flags(enabled, path, flags)
     if not enabled:
         return None
     wait = {} if return_wait is None else {"return_wait": return_wait}
-    allowed = given.get("allowed_batch_sizes", ())
-    if isinstance(allowed, str):
-        try:
-            given["allowed_batch_sizes"] = [int(s) for s in allowed.split(",") if s.strip()]
-        except ValueError:
-            raise ValueError(
-                f"--allowed_batch_sizes takes comma-separated integers. Received: {allowed!r}"
-            ) from None
     try:
         if path is not None:
             return attrs.evolve(read_batching_parameters(path), **wait)
@@ -484,7 +450,9 @@ def read_batching_parameters(path: str) -> BatchingPolicy:
     """
     flag = f"--batching_parameters_file {path!r}"
     known = ", ".join(name for _, name, *_ in _BATCHING_FIELDS)
-    parameters = _parse_text(path, flag, _batching_parameters_class()(), f" (fields read: {known})")
+    parameters = _flags.parse_text(
+        path, flag, _batching_parameters_class()(), f" (fields read: {known})"
+    )
     if parameters.pad_variable_length_inputs:
         raise ValueError(
             f"{flag} asks for pad_variable_length_inputs, which lifecycle serve does not "
@@ -502,70 +470,17 @@ def read_batching_parameters(path: str) -> BatchingPolicy:
         raise ValueError(f"{flag}: {error}".replace("`", "")) from None
 
 
-def _parallelism(session: int, intra: int, inter: int) -> dict[str, int]:
-    """The thread counts of TensorFlow Serving's three parallelism flags."""
-    _check_threads("--tensorflow_session_parallelism", session)
-    if session and intra and inter:
-        raise ValueError(
-            "Set either --tensorflow_session_parallelism or --tensorflow_intra_op_parallelism"
-            " and --tensorflow_inter_op_parallelism, not all three (as TensorFlow Serving)."
-        )
-    if not (intra or inter):  # as TensorFlow Serving: the two flags win over the one
-        intra = inter = session
-    return {"intra_op_parallelism": intra, "inter_op_parallelism": inter}
-
-
-def _swap_policy(value: str | SwapPolicy) -> SwapPolicy:
-    if isinstance(value, SwapPolicy):
-        return value
-    choices = [p.value for p in SwapPolicy]
-    if isinstance(value, str) and value.lower() in choices:
-        return SwapPolicy(value.lower())
-    raise ValueError(f"--swap_policy must be one of {choices}. Received: {value!r}")
-
-
-def _route(spec: str) -> tuple[str, dict[str | int, float]]:
-    """``(model, {target: weight})`` of a ``--route`` value such as ``risk=stable:90,canary:10``."""
-    usage = f"--route takes name=target:weight,target:weight... Received: {spec!r}"
-    name, sep, targets = spec.partition("=")
-    if not sep or not name or not targets:
-        raise ValueError(usage)
-    weights: dict[str | int, float] = {}
-    for part in targets.split(","):
-        target, sep, weight = part.strip().rpartition(":")
-        if not sep or not target:
-            raise ValueError(usage)
-        try:
-            value = float(weight)
-        except ValueError:
-            raise ValueError(f"{usage} ({weight!r} is not a number)") from None
-        weights[int(target) if target.isdigit() else target] = value
-    return name.strip(), weights
-
-
 def _with_factories(
     models: tuple[ServedModel, ...], specs: Sequence[str]
 ) -> tuple[ServedModel, ...]:
     """``models`` with the factories of ``--model_factory`` values, imported now."""
-    if not specs:
-        return models
-    by_name = {model.name: model for model in models}
-    for spec in specs:
-        name, sep, target = spec.rpartition("=")
-        if not sep:
-            if len(models) != 1:
-                raise ValueError(
-                    f"--model_factory {spec!r}: with several models, name the model "
-                    "(name=module:function)."
-                )
-            name = models[0].name
-        if name not in by_name:
-            raise ValueError(
-                f"--model_factory {spec!r}: no served model is named {name!r}. "
-                f"Served: {sorted(by_name)}"
-            )
-        by_name[name] = attrs.evolve(by_name[name], factory=import_factory(target))
-    return tuple(by_name[model.name] for model in models)
+    targets = _flags.factory_names(specs, [model.name for model in models])
+    return tuple(
+        attrs.evolve(model, factory=import_factory(targets[model.name]))
+        if model.name in targets
+        else model
+        for model in models
+    )
 
 
 def import_factory(target: str) -> Callable[[], Any]:
@@ -575,9 +490,7 @@ def import_factory(target: str) -> Callable[[], Any]:
         ValueError: ``target`` is malformed, or names nothing callable; the
             message says which.
     """
-    module_name, sep, attribute = target.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f"--model_factory takes module:function. Received: {target!r}")
+    module_name, attribute = _flags.factory_target(target)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
@@ -594,10 +507,6 @@ def import_factory(target: str) -> Callable[[], Any]:
     return function
 
 
-def _env_token() -> str | None:
-    return os.environ.get(ADMIN_TOKEN_ENV) or None
-
-
 def read_model_config(path: str) -> tuple[ServedModel, ...]:
     """The models of a TensorFlow Serving ``ModelServerConfig`` text file.
 
@@ -605,26 +514,8 @@ def read_model_config(path: str) -> tuple[ServedModel, ...]:
         FileNotFoundError: The file or a base path does not exist.
         ValueError: The file does not parse, or asks for what is not supported.
     """
-    from tensorflow_serving.config import model_server_config_pb2
-
-    flag = f"--model_config_file {path!r}"
-    config = _parse_text(path, flag, model_server_config_pb2.ModelServerConfig())
-    return served_models(config, flag)
-
-
-def _parse_text(path: str, flag: str, message: Any, hint: str = "") -> Any:
-    """``message`` filled from the protobuf text file at ``path``; errors name ``flag``."""
-    from google.protobuf import text_format
-
-    try:
-        with open(path, encoding="utf-8") as file:
-            text = file.read()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{flag} does not exist.") from None
-    try:
-        return text_format.Parse(text, message)
-    except text_format.ParseError as error:
-        raise ValueError(f"{flag} does not parse: {error}{hint}") from None
+    config = _flags.read_model_server_config(path)
+    return served_models(config, f"--model_config_file {path!r}")
 
 
 def served_models(config: object, source: str) -> tuple[ServedModel, ...]:
@@ -636,35 +527,16 @@ def served_models(config: object, source: str) -> tuple[ServedModel, ...]:
 
     Raises:
         FileNotFoundError: A base path does not exist.
-        ValueError: The config asks for what is not supported, or names a
-            model twice.
+        ValueError: The config asks for what is not supported, names a model
+            twice, or gives a base path that is a model itself.
     """
-    if config.WhichOneof("config") != "model_config_list":  # type: ignore[attr-defined]
-        raise ValueError(f"{source} has no model_config_list.")
     models = []
-    for entry in config.model_config_list.config:  # type: ignore[attr-defined]
-        where = f"{source}, model {entry.name!r}"
-        if not entry.name or not entry.base_path:
-            raise ValueError(f"{where}: every config needs a name and a base_path.")
-        if entry.model_platform not in ("", "tensorflow"):
-            raise ValueError(
-                f"{where}: model_platform {entry.model_platform!r} is not served; "
-                "use 'tensorflow' or leave it out."
-            )
+    for entry, path in _flags.config_entries(config, source):
         try:
-            model = ServedModel(
-                entry.name,
-                _base_path(entry.base_path, flag=where),
-                _policy(entry.model_version_policy),
-                dict(entry.version_labels),
-            )
+            policy = _policy(entry.model_version_policy)
         except ValueError as error:
-            raise ValueError(f"{where}: {error}") from None
-        models.append(model)
-    names = [model.name for model in models]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise ValueError(f"{source} names {twice} more than once.")
+            raise ValueError(f"{source}, model {entry.name!r}: {error}") from None
+        models.append(ServedModel(entry.name, path, policy, dict(entry.version_labels)))
     return tuple(models)
 
 
@@ -678,11 +550,3 @@ def _policy(policy: object) -> VersionPolicy:
     if which == "latest" and policy.latest.num_versions:  # type: ignore[attr-defined]
         return VersionPolicy.latest(policy.latest.num_versions)  # type: ignore[attr-defined]
     return VersionPolicy.latest()
-
-
-def _base_path(path: str, *, flag: str = "--model_base_path") -> str:
-    if path.startswith(("gs://", "s3://", "hdfs://")):
-        raise ValueError(f"{flag}: only local base paths are served. Received: {path!r}")
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"{flag}: base path {path!r} is not a directory.")
-    return os.path.abspath(path)

@@ -7,7 +7,8 @@ subclasses come before their bases. Both REST protocols answer errors as
 Open Inference Protocol), with TensorFlow Serving's statuses for the codes it
 has (404 NOT_FOUND, 400 INVALID_ARGUMENT, 503 UNAVAILABLE, 500 INTERNAL); a
 request body over the limit is 413 and a load that cannot fit the memory budget
-507; an admin call without the right bearer token is 401, and one to a server
+507; a repository load or unload that the model control mode refuses is
+503, as in Triton; an admin call without the right bearer token is 401, and one to a server
 whose admin API is turned off 403. gRPC answers with the canonical code itself, as
 TensorFlow Serving does (its ``ToGRPCStatus`` maps TensorFlow's error codes one to one).
 """
@@ -31,6 +32,7 @@ __all__ = [
     "ERRORS",
     "AdminDisabledError",
     "BadRequestError",
+    "ModelControlError",
     "PayloadTooLargeError",
     "UnauthorizedError",
     "WireError",
@@ -53,6 +55,10 @@ class UnauthorizedError(PermissionError):
 
 class AdminDisabledError(PermissionError):
     """An admin call to a server started with ``--no_admin_api`` (HTTP 403)."""
+
+
+class ModelControlError(RuntimeError):
+    """A repository load or unload that the model control mode refuses (HTTP 503, as Triton)."""
 
 
 @attrs.frozen
@@ -83,6 +89,8 @@ ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
     (BudgetExceededError, WireError(507, "RESOURCE_EXHAUSTED")),
     (UnavailableError, WireError(503, "UNAVAILABLE")),
     (QueueFullError, WireError(503, "UNAVAILABLE")),
+    # Triton answers UNAVAILABLE when its control mode is not explicit.
+    (ModelControlError, WireError(503, "UNAVAILABLE")),
     (LoadError, WireError(500, "INTERNAL")),
     (ValueError, WireError(400, "INVALID_ARGUMENT")),
     # Values the signature cannot check, refused by the model's own ops (an id

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,12 +24,23 @@ from .._registry import (
     VersionState,
     VersionStatus,
 )
-from ..errors import LoadError, UnknownModelError
+from .._registry._watching import fingerprint
+from ..errors import BudgetExceededError, CheckpointError, LoadError, UnknownModelError
 from ._config import _LABEL_CHARS, ServedModel, ServerConfig
+from ._errors import ModelControlError
+from ._flags import repository_models
 
 __all__ = ["ModelService"]
 
 _log = logging.getLogger("lifecycle.server")
+
+# A version's state in the repository index, in Triton's words.
+_INDEX_STATES = {
+    VersionState.LOADING: "LOADING",
+    VersionState.READY: "READY",
+    VersionState.RETIRING: "UNLOADING",  # drains its requests, then is disposed
+    VersionState.UNLOADED: "UNAVAILABLE",
+}
 
 
 @attrs.define(eq=False)
@@ -41,6 +53,16 @@ class ModelService:
     retires its versions. A repository unload stops watching the model and
     retires its versions, so polling leaves it alone until a repository load
     watches it again.
+
+    The models of a model repository (``config.model_repository``,
+    ``<repository>/<model>/<version>/``) are watched the same way, each with
+    the latest version policy, as Triton's control mode says: ``none`` loads
+    them all at start-up and refuses repository loads and unloads of them;
+    ``poll`` too, and a thread of the service rescans the repository every
+    ``config.repository_poll_secs`` (new models load, removed ones unload,
+    and each model's new versions swap in); ``explicit`` loads
+    ``config.load_models`` at start-up and any model of the repository by
+    name (a load of a loaded model reads its directory again).
 
     Args:
         registry: The registry that holds and runs the versions; the service
@@ -55,8 +77,18 @@ class ModelService:
     _ready: threading.Event = attrs.field(factory=threading.Event, init=False)
     # Serialises the service's loads, unloads and reloads.
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    # The configured models the registry watches for us.
+    # The models the registry watches for us: configured ones and the repository's.
     _watched: set[str] = attrs.field(factory=set, init=False)
+    # The repository's models the service loaded (and watches).
+    _repository_loaded: set[str] = attrs.field(factory=set, init=False)
+    # The repository's models being loaded now: the index says LOADING.
+    _loading: set[str] = attrs.field(factory=set, init=False)
+    # Poll mode: repository models whose load failed -> their directory's
+    # fingerprint then; not tried again until it changes.
+    _failed: dict[str, object] = attrs.field(factory=dict, init=False)
+    # Poll mode: the thread that rescans the repository, and what stops it.
+    _poller: threading.Thread | None = attrs.field(default=None, init=False)
+    _stopping: threading.Event = attrs.field(factory=threading.Event, init=False)
 
     @property
     def ready(self) -> bool:
@@ -64,22 +96,41 @@ class ModelService:
         return self._ready.is_set()
 
     def start(self) -> None:
-        """Load every configured model, set the routes, then report ready.
+        """Load the configured models and the repository's start-up ones, then report ready.
+
+        The routes are set once the models are loaded.
+
+        Once started, later calls return at once.
 
         Raises:
             FileNotFoundError: A model's base path has no version its policy serves.
             LoadError, BudgetExceededError: A version failed to load.
             CheckpointError: A base path vanished.
         """
+        if self._ready.is_set():
+            return
         with self._lock:
             for model in self.config.models:
                 self._watch(model, strict=True)
+            for name in self.config.startup_models():
+                self._watch_repository(name, strict=True)
             for name, weights in self.config.routes.items():
                 self.registry.route(name, weights)
+        if self.config.model_repository is not None and self.config.model_control_mode == "poll":
+            self._poller = threading.Thread(
+                target=self._poll_repository, name="lifecycle-repository-poll", daemon=True
+            )
+            self._poller.start()
         self._ready.set()
 
     def stop(self) -> None:
-        """Stop polling the base paths (waits for a scan in progress). Safe to call twice."""
+        """Stop polling the base paths and the repository (waits for a scan in progress).
+
+        Safe to call twice.
+        """
+        self._stopping.set()
+        if self._poller is not None and self._poller is not threading.current_thread():
+            self._poller.join()
         with self._lock:
             for name in list(self._watched):
                 self._unwatch(name)
@@ -252,23 +303,40 @@ class ModelService:
     # -- the model repository -----------------------------------------------------
 
     def repository(self) -> list[tuple[str, int | None, str]]:
-        """``(name, version, state)`` of loaded versions and unloaded configured models."""
+        """``(name, version, state)`` of every loaded version, and of every model not loaded.
+
+        The models not loaded are the configured ones and those of the model
+        repository, with version ``None`` and state ``UNAVAILABLE``, or
+        ``LOADING`` while a load of theirs runs. The states are Triton's:
+        ``LOADING``, ``READY``, ``UNLOADING`` (a retired version draining its
+        requests) and ``UNAVAILABLE``.
+        """
         rows: list[tuple[str, int | None, str]] = [
-            (s.name, s.version, s.state.name) for s in self.registry.status()
+            (s.name, s.version, _INDEX_STATES[s.state]) for s in self.registry.status()
         ]
         loaded = {name for name, _, _ in rows}
-        rows += [(m.name, None, "UNAVAILABLE") for m in self.config.models if m.name not in loaded]
+        known = [m.name for m in self.config.models] + self._repository_names()
+        rows += [
+            (name, None, "LOADING" if name in self._loading else "UNAVAILABLE")
+            for name in known
+            if name not in loaded
+        ]
         return rows
 
     def load(self, name: str) -> None:
-        """Watch a configured model's base path again: load what its policy serves.
+        """Load a configured model or a model of the repository, or read it again if loaded.
 
-        Loads the versions the policy wants, makes the newest the default, sets
-        the configured labels, and polls the base path again. Versions that
-        failed before are tried again.
+        Loads the versions the policy wants (a repository model's latest),
+        makes the newest the default, sets the configured labels, and polls
+        the base path again. Versions that failed before are tried again.
+        A model of the repository loads only in control mode ``explicit``;
+        if one of its versions fails to load, the versions it had serve on.
 
         Raises:
-            UnknownModelError: ``name`` is not in the server's configuration.
+            ModelControlError: ``name`` is not a configured model, and the
+                repository's control mode is not ``explicit``.
+            UnknownModelError: ``name`` is neither a configured model nor a
+                directory of the repository.
             LoadError, BudgetExceededError: A version failed to load (those
                 that loaded serve).
         """
@@ -277,9 +345,24 @@ class ModelService:
                 with self._lock:
                     self._watch(model, strict=False)
                 return
+        if self.config.model_repository is not None:
+            self._check_control(name)
+            if name in self._repository_names():
+                self._loading.add(name)
+                try:
+                    with self._lock:
+                        self._watch_repository(name, strict=True)
+                finally:
+                    self._loading.discard(name)
+                return
         raise UnknownModelError(
             f"Model {name!r} is not in the server's configuration: "
             f"{[m.name for m in self.config.models]}"
+            + (
+                ""
+                if self.config.model_repository is None
+                else f", nor in its model repository: {self._repository_names()}"
+            )
         )
 
     def unload(self, name: str) -> None:
@@ -288,12 +371,18 @@ class ModelService:
         Polling leaves the model alone until :meth:`load`.
 
         Raises:
+            ModelControlError: ``name`` is not a configured model, and the
+                repository's control mode is not ``explicit``.
             UnknownModelError: ``name`` is not loaded.
         """
+        configured = any(model.name == name for model in self.config.models)
+        if not configured and self.config.model_repository is not None:
+            self._check_control(name)
         with self._lock:
             self.versions(name)  # UnknownModelError if nothing is loaded
             self._unwatch(name)
             self._retire(name)
+            self._repository_loaded.discard(name)
 
     def reload(self, models: Sequence[ServedModel]) -> None:
         """Serve ``models`` instead of the configured ones, as TensorFlow Serving's reload does.
@@ -308,6 +397,13 @@ class ModelService:
                 failed to load; the new configuration stands, and the models
                 listed before it in ``models`` are served.
         """
+        repository = self.config.model_repository
+        clash = sorted({m.name for m in models} & set(self._repository_names()))
+        if clash:
+            raise ValueError(
+                f"The model repository {repository!r} holds models named {clash}: "
+                "a model config may not name them."
+            )
         with self._lock:
             listed = {model.name: model for model in models}
             previous = {model.name: model for model in self.config.models}
@@ -326,7 +422,7 @@ class ModelService:
                 else:
                     self._watch(model, strict=False)
 
-    def _watch(self, model: ServedModel, *, strict: bool) -> None:
+    def _watch(self, model: ServedModel, *, strict: bool, repository: bool = False) -> None:
         """Have the registry watch ``model``'s base path (anew), and set its labels.
 
         Versions loaded before that the new policy does not serve are retired.
@@ -335,9 +431,15 @@ class ModelService:
             model: The configured model.
             strict: Any failed version is an error (at start-up); otherwise
                 only when the model ends up with no version to serve.
+            repository: ``model`` is one of the model repository's: its base
+                path is polled only in control mode ``poll``, as often as the
+                repository.
         """
         self._unwatch(model.name)
         interval = self.config.file_system_poll_wait_seconds
+        if repository:
+            poll = self.config.model_control_mode == "poll"
+            interval = self.config.repository_poll_secs if poll else 0
         report = self.registry.watch(
             model.name,
             model.base_path,
@@ -370,6 +472,90 @@ class ModelService:
         leftover = [s.version for s in self._statuses(model.name) if s.version not in report.wanted]
         self._retire(model.name, leftover)
         self._set_labels(model)
+
+    def _watch_repository(self, name: str, *, strict: bool) -> None:
+        """Watch the repository's model ``name`` (anew): load its latest version, swap to it."""
+        assert self.config.model_repository is not None
+        model = ServedModel(name, os.path.join(self.config.model_repository, name))
+        try:
+            self._watch(model, strict=strict, repository=True)
+        finally:  # a failed read of a loaded model leaves its versions serving
+            if name in self._watched:
+                self._repository_loaded.add(name)
+            else:
+                self._repository_loaded.discard(name)
+
+    def _repository_names(self) -> list[str]:
+        """The models of the repository now, but names of configured models (those win)."""
+        if self.config.model_repository is None:
+            return []
+        configured = {model.name for model in self.config.models}
+        names = repository_models(self.config.model_repository)
+        return [name for name in names if name not in configured]
+
+    def _check_control(self, name: str) -> None:
+        """Refuse a repository load or unload unless the control mode is ``explicit``."""
+        mode = self.config.model_control_mode
+        if mode != "explicit":
+            raise ModelControlError(
+                "explicit model load / unload is not allowed if polling is enabled: the "
+                f"model repository is served with --model_control_mode {mode}, in which "
+                "Triton answers this error too (every model loads at start-up"
+                + (", and the repository is polled" if mode == "poll" else "")
+                + "). To load and unload models by name, serve it with "
+                f"--model_control_mode explicit. Model: {name!r}"
+            )
+
+    def _poll_repository(self) -> None:
+        """Rescan the repository every ``repository_poll_secs`` until :meth:`stop`."""
+        while not self._stopping.wait(self.config.repository_poll_secs):
+            try:
+                self._scan_repository()
+            except Exception:  # keep polling: the next scan may succeed
+                _log.exception("Scanning the model repository failed")
+
+    def _scan_repository(self) -> None:
+        """Load the repository's new models, unload its removed ones (control mode ``poll``)."""
+        assert self.config.model_repository is not None
+        present = set(self._repository_names())
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            for name in sorted(self._repository_loaded - present):
+                self._unwatch(name)
+                self._retire(name)
+                self._repository_loaded.discard(name)
+                _log.info("Model %r left the repository: unloaded.", name)
+            self._failed = {name: seen for name, seen in self._failed.items() if name in present}
+            for name in sorted(present - self._repository_loaded):
+                directory = os.path.join(self.config.model_repository, name)
+                # Its entries too: a version directory renamed into place changes no file.
+                try:
+                    seen = (sorted(os.listdir(directory)), fingerprint(directory))
+                except OSError:  # removed meanwhile
+                    continue
+                if self._failed.get(name) == seen:
+                    continue
+                try:
+                    self._watch_repository(name, strict=True)
+                except (
+                    FileNotFoundError,
+                    LoadError,
+                    BudgetExceededError,
+                    CheckpointError,
+                    ValueError,
+                ) as error:
+                    self._failed[name] = seen
+                    _log.warning(
+                        "Model %r of the repository did not load; it is tried again once "
+                        "its directory changes. %s: %s",
+                        name,
+                        type(error).__name__,
+                        error,
+                    )
+                else:
+                    self._failed.pop(name, None)
+                    _log.info("Model %r joined the repository: loaded.", name)
 
     def _set_labels(self, model: ServedModel) -> None:
         """Point ``model``'s configured labels at their versions.
