@@ -63,6 +63,19 @@ The parent exits non-zero if a server fails to start or dies, or a load phase
 fails. Server logs go to files in a temporary directory, kept and shown on
 failure; every process started is stopped at the end (by its PID), also on error.
 
+Swap to first response (``--first-response``, instead of (a)-(d)). Two
+``lifecycle serve`` processes poll their base paths every ``--poll-wait``
+seconds: one loading every version in the background (``--loader_foreground_bytes
+0``, the setting before small versions loaded in the foreground), one with the
+default. In rounds, the order rotating, each gets a phase of its own: a child
+runs ``--clients`` threads sending KServe v2 infer back to back (its answer
+names the version), ``--warmup`` seconds, ``--seconds`` steady, then
+``--swaps`` new versions, each copied aside and renamed into place once the
+previous one answered and 1-2 s more (drawn at random, so that the renames
+fall at every phase of the poll). It reports the time from each rename to the
+first answer by the new version, the p99 of the steady window against the
+swapping one (taken per phase), and the failed requests.
+
 Needs the server's and the load generator's extras::
 
     pip install -e '.[serve,bench,loadtest]'
@@ -73,6 +86,8 @@ Run (from the repository root)::
     python benchmarks/serve.py --clients 8 --units 512
     # a quick look, ~1 min:
     python benchmarks/serve.py --rounds 1 --seconds 4 --units 64 --swap-every 1 --min-swaps 0
+    # swap to first response, a 6.8 MiB model, ~7 min:
+    python benchmarks/serve.py --first-response --units 1200 --seconds 10
 """
 
 from __future__ import annotations
@@ -116,7 +131,7 @@ LABELS = {
 # What (d)'s server finds first on its path instead of the serve extra's C HTTP stack.
 PURE_PYTHON_HTTP = ("httptools", "uvloop")
 # Roles of a child process (the hidden --variant).
-ROLES = ("export", "handwritten", "load")
+ROLES = ("export", "handwritten", "load", "swaps")
 
 # Printed by a load child, with the server's index, when a measured slice opens and closes.
 MEASURING = "MEASURING"
@@ -204,7 +219,9 @@ def run_handwritten(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------ child: one load phase
 
 
-def run_load(args: argparse.Namespace) -> dict[str, Any]:
+def run_load(
+    args: argparse.Namespace, path: str = PREDICT_PATH, body: bytes | None = None
+) -> dict[str, Any]:
     """One load phase: ``--clients`` Locust users against the servers of ``--url``.
 
     ``--url`` is one server, or several separated by commas, which then take
@@ -217,6 +234,9 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
     within one of that server's measured slices, failed if it fails at any
     time or is still unanswered once the clients were stopped.
 
+    Every request is ``POST <url><path>`` with ``body`` (:func:`request_body`
+    by default).
+
     Returns:
         ``{"servers": [...]}``, each server's result, in the order of ``--url``.
     """
@@ -226,7 +246,7 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
 
     urls = args.url.split(",")
     count = len(urls)
-    body = request_body()
+    body = request_body() if body is None else body
     headers = {"Content-Type": "application/json"}
     clock = time.perf_counter
     # The server the users send to, and the one whose slice is measured (None between).
@@ -246,7 +266,7 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
             index = target[0]
             sent[index] += 1
             # An absolute URL: each server keeps its own connections.
-            self.client.post(urls[index] + PREDICT_PATH, data=body, headers=headers,
+            self.client.post(urls[index] + path, data=body, headers=headers,
                              name=str(index))  # fmt: skip
 
     def on_request(
@@ -987,6 +1007,257 @@ def run_parent(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
+# ------------------------------------------------- swap to first response (--first-response)
+
+#: ``lifecycle serve`` settings compared by ``--first-response``: extra flags of each.
+LOADER_SETTINGS: dict[str, list[str]] = {
+    "background": ["--loader_foreground_bytes", "0"],
+    "default": [],
+}
+LOADER_LABELS = {
+    "background": "every load in the background (--loader_foreground_bytes 0, the old default)",
+    "default": "small versions in the foreground (the default, up to 40 MiB on disk)",
+}
+FIRST_RESPONSE_TARGETS = {"seconds": 1.0, "swap_p99": 1.5}
+# Seconds each swap waits, after the new version's first response, before the next one:
+# drawn uniformly, so that renames do not keep one phase of the poll interval.
+SETTLE_SECONDS = (1.0, 2.0)
+
+
+def run_swaps(args: argparse.Namespace) -> dict[str, Any]:
+    """One phase of ``--first-response``: clients send while new versions are renamed into place.
+
+    ``--clients`` threads send KServe v2 infer requests back to back (its
+    response names the version that answered) to ``--url``: ``--warmup``
+    seconds unmeasured, ``--seconds`` steady (no new version), then
+    ``--swaps`` swaps: ``--model`` copied to ``<--base>/.tmp-N`` and renamed to
+    ``<--base>/N``, N from ``--first-version``; the time from the rename to the
+    first response by N; then a pause drawn from :data:`SETTLE_SECONDS` and the
+    old version's directory deleted. Every request that raises or is not
+    answered 200 fails.
+    """
+    import http.client
+    import random
+    import urllib.parse
+
+    address = urllib.parse.urlsplit(args.url)
+    host, port = address.hostname or "127.0.0.1", address.port or 80
+    with urllib.request.urlopen(f"{args.url}/v2/models/{MODEL_NAME}", timeout=30) as response:
+        name = json.loads(response.read())["inputs"][0]["name"]
+    [row] = json.loads(request_body())["instances"]
+    tensor = {"name": name, "shape": [1, INPUT_DIM], "datatype": "FP32", "data": row}
+    body = json.dumps({"inputs": [tensor]}).encode()
+    headers = {"Content-Type": "application/json"}
+    path = f"/v2/models/{MODEL_NAME}/infer"
+    clock = time.perf_counter
+    stop = threading.Event()
+    # Per client: (end, latency) of each answered request; failures; version -> first answer.
+    answered: list[list[tuple[float, float]]] = [[] for _ in range(args.clients)]
+    failures: list[str] = []
+    first_answer: dict[int, float] = {}
+
+    def client(index: int) -> None:
+        connection = http.client.HTTPConnection(host, port, timeout=30)
+        mine = answered[index]
+        while not stop.is_set():
+            started = clock()
+            try:
+                connection.request("POST", path, body, headers)
+                response = connection.getresponse()
+                data = response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"status {response.status}: {data[:200]!r}")
+                version = int(json.loads(data)["model_version"])
+            except Exception as error:
+                failures.append(f"{type(error).__name__}: {error}"[:300])
+                connection.close()
+                connection = http.client.HTTPConnection(host, port, timeout=30)
+                continue
+            ended = clock()
+            mine.append((ended, ended - started))
+            first_answer.setdefault(version, ended)
+        connection.close()
+
+    threads = [
+        threading.Thread(target=client, args=(i,), name=f"client-{i}", daemon=True)
+        for i in range(args.clients)
+    ]
+    for thread in threads:
+        thread.start()
+    rng = random.Random(args.seed)
+    base, template = Path(args.base), Path(args.model)
+    firsts: list[float] = []
+    try:
+        time.sleep(args.warmup)
+        steady_from = clock()
+        time.sleep(args.seconds)
+        steady = (steady_from, clock())
+        swapping_from = clock()
+        for new in range(args.first_version, args.first_version + args.swaps):
+            shutil.copytree(template, base / f".tmp-{new}")
+            os.rename(base / f".tmp-{new}", base / str(new))
+            renamed = clock()
+            while new not in first_answer:
+                if clock() - renamed > SWAP_TIMEOUT:
+                    raise RuntimeError(f"version {new} did not answer within {SWAP_TIMEOUT:g} s")
+                time.sleep(0.002)
+            firsts.append(first_answer[new] - renamed)
+            time.sleep(rng.uniform(*SETTLE_SECONDS))
+            shutil.rmtree(base / str(new - 1), ignore_errors=True)
+        swapping = (swapping_from, clock())
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(STOP_TIMEOUT)
+
+    def within(window: tuple[float, float]) -> list[float]:
+        return [1000 * t for mine in answered for end, t in mine if window[0] <= end < window[1]]
+
+    steady_ms, swapping_ms = within(steady), within(swapping)
+    return {
+        "first_response_s": firsts,
+        "steady": {"requests": len(steady_ms), **percentiles_ms(steady_ms)},
+        "swapping": {"requests": len(swapping_ms), **percentiles_ms(swapping_ms)},
+        "failed": len(failures),
+        "errors": failures[:ERRORS_KEPT],
+    }
+
+
+def first_response_rows(phases: dict[str, list[dict[str, Any]]]) -> list[list[str]]:
+    rows = []
+    for setting, results in phases.items():
+        firsts = [s for phase in results for s in phase["first_response_s"]]
+        steady = [phase["steady"]["p99_ms"] for phase in results]
+        swapping = [phase["swapping"]["p99_ms"] for phase in results]
+        rows.append(
+            [
+                setting,
+                _harness.fmt_spread(firsts, ".2f"),
+                _harness.fmt_spread(
+                    [statistics.median(p["first_response_s"]) for p in results], ".2f"
+                ),
+                f"{sum(s <= FIRST_RESPONSE_TARGETS['seconds'] for s in firsts)}/{len(firsts)}",
+                _harness.fmt_spread(steady, ".1f"),
+                _harness.fmt_spread(swapping, ".1f"),
+                _harness.fmt_spread(_harness.per_round_ratios(swapping, steady), ".2f", "x"),
+                str(sum(phase["failed"] for phase in results)),
+            ]
+        )
+    return rows
+
+
+FIRST_RESPONSE_HEADER = [
+    "setting",
+    "rename -> first response s",
+    "per phase",
+    "<= 1 s",
+    "p99 steady ms",
+    "p99 swapping ms",
+    "swapping/steady p99",
+    "failed",
+]
+
+
+def template_bytes(template: Path) -> int:
+    """The bytes of a SavedModel's variables on disk (what the server's size check reads)."""
+    return sum(f.stat().st_size for f in (template / "variables").glob("variables.data-*"))
+
+
+def run_first_response(args: argparse.Namespace) -> int:
+    """``--first-response``: swap to first response under load, per loader setting."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    load_start = load_average()
+    work = Path(tempfile.mkdtemp(prefix="lifecycle-first-response-"))
+    logs = work / "logs"
+    logs.mkdir()
+    template = work / "model"
+    servers: list[Server] = []
+    failed = True
+    try:
+        print("exporting the model ...", file=sys.stderr, flush=True)
+        exported = _harness.spawn_child(
+            __file__, "export", ["--units", str(args.units), "--out", str(template)], args.timeout
+        )
+        if exported.result is None:
+            raise RuntimeError(f"exporting the model failed: {exported.error}")
+        settings = list(LOADER_SETTINGS)
+        for setting in settings:
+            shutil.copytree(template, work / f"base-{setting}" / "1")
+        poll = ["--file_system_poll_wait_seconds", str(args.poll_wait)]
+        servers = [
+            start_server(
+                s, port, template, work / f"base-{s}", 0, logs, [*poll, *LOADER_SETTINGS[s]]
+            )
+            for s, port in zip(settings, free_ports(len(settings)), strict=True)
+        ]
+        for server in servers:
+            print(f"server {server.variant} ready after {wait_ready(server, args.timeout):.1f} s",
+                  file=sys.stderr)  # fmt: skip
+        by_setting = {server.variant: server for server in servers}
+        next_version = dict.fromkeys(settings, 2)
+        phases: dict[str, list[dict[str, Any]]] = {s: [] for s in settings}
+        for index in range(args.rounds):
+            for setting in _harness.rotation(settings, index):
+                print(f"round {index + 1}: {setting} ...", file=sys.stderr, flush=True)
+                server = by_setting[setting]
+                command = [sys.executable, str(Path(__file__).resolve()), "--variant", "swaps"]
+                command += ["--url", server.url, "--clients", str(args.clients)]
+                command += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
+                command += ["--swaps", str(args.swaps), "--seed", str(index)]
+                command += ["--base", str(work / f"base-{setting}"), "--model", str(template)]
+                command += ["--first-version", str(next_version[setting])]
+                result = run_load_child(
+                    command, logs / f"swaps-{setting}.log", args.timeout, lambda _: None, setting
+                )
+                server.check_alive()
+                next_version[setting] += args.swaps
+                phases[setting].append(result)
+                print(f"  first response {_harness.fmt_spread(result['first_response_s'], '.2f')}"
+                      f" s, {result['failed']} failed", file=sys.stderr, flush=True)  # fmt: skip
+        params = mlp_params(args.units)
+        print("\n".join(_harness.machine_lines()))
+        print(f"load:     uptime load average {load_start} at the start, {load_average()} at "
+              "the end; servers, clients and parent share the machine")  # fmt: skip
+        print(
+            f"served:   MLP {INPUT_DIM}-{args.units}-{args.units}-{OUTPUTS}, {params:,} params, "
+            f"a SavedModel of {template_bytes(template) / MIB:.1f} MiB of variables; "
+            f"{args.clients} client threads sending KServe v2 infer back to back"
+        )
+        print(
+            f"rounds:   {args.rounds} x ({', '.join(settings)}) in rotating order; each phase "
+            f"{args.warmup:g} s warm-up, {args.seconds:g} s steady, then {args.swaps} new "
+            f"versions, each renamed into place once the last answered plus "
+            f"{SETTLE_SECONDS[0]:g}-{SETTLE_SECONDS[1]:g} s; --file_system_poll_wait_seconds "
+            f"{args.poll_wait:g}"
+        )
+        print()
+        print(_harness.render_table(FIRST_RESPONSE_HEADER, first_response_rows(phases)))
+        print()
+        print("\n".join([
+            "rename -> first response: every swap of every round, median (min-max), in seconds;",
+            "  per phase: the medians of the phases, median (min-max); <= 1 s: swaps that made it.",
+            "p99 steady / swapping: each phase's requests answered in its steady window and in",
+            "  its swapping window (first rename to the end of the last swap), median (min-max);",
+            "  swapping/steady p99 taken per phase. failed: requests, warm-ups included.",
+            *(f"{key}: {LOADER_LABELS[key]}" for key in settings),
+        ]))  # fmt: skip
+        for setting in settings:
+            errors = [e for phase in phases[setting] for e in phase["errors"]]
+            if errors:
+                print(f"errors of {setting}: {errors[:ERRORS_KEPT]}")
+        failed = False
+        return 0
+    except RuntimeError as error:
+        print(f"\nbenchmark failed: {error}", file=sys.stderr)
+        return 1
+    finally:
+        stop_processes([s.process for s in servers])
+        if failed:
+            print(f"logs and models kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -996,6 +1267,8 @@ def run_child(role: str, args: argparse.Namespace) -> dict[str, Any]:
     if role == "handwritten":
         run_handwritten(args)
         return {}
+    if role == "swaps":
+        return run_swaps(args)
     return run_load(args)
 
 
@@ -1022,12 +1295,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=TARGETS["swaps"],
         help="after the rounds, further (c) phases run until this many swaps happened under load",
     )
+    parser.add_argument(
+        "--first-response",
+        action="store_true",
+        help="instead of (a)-(d): time from a new version's rename to its first response, "
+        "and p99 during swaps, with every load in the background against the default "
+        "(--rounds, --seconds steady, --warmup, --clients, --units, --poll-wait apply)",
+    )
+    parser.add_argument(
+        "--swaps", type=int, default=8, help="with --first-response: new versions per phase"
+    )
     _harness.add_child_arguments(parser, ROLES, timeout=600.0)
     # The children's own options.
-    for name in ("--out", "--model", "--url"):
+    for name in ("--out", "--model", "--url", "--base"):
         parser.add_argument(name, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--slices", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--first-version", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     positive = (args.rounds, args.seconds, args.clients, args.units, args.swap_every, args.slices)
@@ -1036,13 +1321,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "--rounds, --seconds, --clients, --units, --swap-every, --poll-wait and "
             "--timeout must be positive"
         )
-    if args.warmup < 0 or args.min_swaps < 0:
-        parser.error("--warmup and --min-swaps must be 0 or more")
+    if args.warmup < 0 or args.min_swaps < 0 or args.swaps < 1:
+        parser.error("--warmup and --min-swaps must be 0 or more, --swaps 1 or more")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    return _harness.run_role(parse_args(argv), run_child, run_parent)
+    args = parse_args(argv)
+    if args.first_response and args.variant is None:
+        return run_first_response(args)
+    return _harness.run_role(args, run_child, run_parent)
 
 
 if __name__ == "__main__":

@@ -176,3 +176,46 @@ def test_a_factory_that_loads_into_its_own_registry_fails_clearly_instead_of_han
             registry.load("risk", 2, nested)
         assert isinstance(caught.value.__cause__, lc.LifecycleError)
         assert [(s.name, s.version) for s in registry.status()] == [("risk", 1)]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> str:
+    """A SavedModel of about 70 KiB of variables."""
+    path = tmp_path_factory.mktemp("exported") / "1"
+    inputs = keras.Input((4,), name="x")
+    keras.Model(inputs, keras.layers.Dense(1)(keras.layers.Dense(4096)(inputs))).export(
+        str(path), verbose=False
+    )
+    return str(path)
+
+
+def test_a_small_savedmodel_loads_in_the_foreground_unpaced_while_requests_are_in_flight(
+    exported,
+):
+    with lc.ModelRegistry(
+        name="fg", loader_gil_share=0.5, loader_foreground_bytes=2**20
+    ) as registry:
+        registry.load("risk", 1, constant(1.0))  # a factory: size unknown, in the background
+        assert registry.statistics().foreground_loads == 0
+        with registry.lease("risk"):  # a request in flight for the whole load
+            registry.load("small", 1, exported)
+        statistics = registry.statistics()
+        assert (statistics.foreground_loads, statistics.load_pauses) == (1, 0)
+        assert registry.status("small")[0].state is lc.VersionState.READY
+
+
+def test_a_savedmodel_over_the_foreground_bytes_loads_in_the_background_paced(exported):
+    with lc.ModelRegistry(
+        name="bg", loader_gil_share=0.5, loader_foreground_bytes=1024
+    ) as registry:
+        registry.load("risk", 1, constant(1.0))
+        with registry.lease("risk"):
+            registry.load("large", 1, exported)
+        statistics = registry.statistics()
+        assert statistics.foreground_loads == 0 and statistics.load_pauses > 0
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, True, "1"])
+def test_bad_loader_foreground_bytes_is_rejected(value):
+    with pytest.raises(ValueError, match=f"Received: loader_foreground_bytes={value!r}"):
+        lc.ModelRegistry(loader_foreground_bytes=value)

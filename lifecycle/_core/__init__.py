@@ -28,6 +28,7 @@ from ._kernels import KERNEL_CACHE as KERNEL_CACHE
 from ._kernels import KernelCachePolicy as KernelCachePolicy
 from ._kernels import KernelCacheStatistics as KernelCacheStatistics
 from ._loader import Loader as Loader
+from ._loader import check_foreground_bytes as check_foreground_bytes
 from ._loader import check_gil_share as check_gil_share
 from ._loader import check_nice as check_nice
 from ._malloc import AllocatorSettings as AllocatorSettings
@@ -61,6 +62,7 @@ __all__ = [
     "Resident",
     "SessionState",
     "all_cleaners",
+    "check_foreground_bytes",
     "check_gil_share",
     "check_int",
     "check_key",

@@ -86,6 +86,9 @@ class RegistryStatistics:
         load_pauses: Times background loads paused for requests in flight
             (``loader_gil_share``); 0 when loads run on the calling thread.
         session: The registry's own session (its children are the versions).
+        foreground_loads: Loads that ran in the foreground although the
+            registry loads in the background, their versions being small
+            (``loader_foreground_bytes``).
     """
 
     name: str
@@ -99,3 +102,4 @@ class RegistryStatistics:
     watched: int
     load_pauses: int
     session: SessionStatistics
+    foreground_loads: int = 0

@@ -247,6 +247,13 @@ def serve(
         "--access_log",
         help="Log a line per HTTP request (off by default, as in TensorFlow Serving).",
     ),
+    loader_foreground_bytes: int = typer.Option(
+        40 * 2**20,
+        "--loader_foreground_bytes",
+        help="Versions of at most this many bytes on disk (a SavedModel's variables, a "
+        ".keras archive's weights) load in the foreground, unpaced and at normal priority; "
+        "larger ones load in the background. 0: every load in the background.",
+    ),
 ) -> None:
     """Serve models over TensorFlow Serving's REST and gRPC APIs and KServe's v2 protocol.
 
@@ -288,6 +295,7 @@ def serve(
         "tensorflow_intra_op_parallelism": tensorflow_intra_op_parallelism,
         "tensorflow_inter_op_parallelism": tensorflow_inter_op_parallelism,
         "access_log": access_log,
+        "loader_foreground_bytes": loader_foreground_bytes,
     }
     try:  # before TensorFlow is imported, which takes seconds
         flag_checks().check_flags(**flags)

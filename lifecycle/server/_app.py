@@ -269,6 +269,7 @@ def serve(config: ServerConfig) -> None:
         drain_timeout=config.drain_seconds,
         loader_nice=config.loader_nice,
         loader_gil_share=config.loader_gil_share,
+        loader_foreground_bytes=config.loader_foreground_bytes,
         freeze_heap=config.freeze_heap,
         swap_policy=config.swap_policy,
         name="server",

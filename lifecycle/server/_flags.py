@@ -22,6 +22,7 @@ __all__ = [
     "CONTROL_MODES",
     "HEADER_CHARS",
     "LABEL_CHARS",
+    "LOADER_FOREGROUND_BYTES",
     "REPOSITORY_POLL_SECS",
     "SWAP_POLICIES",
     "base_path",
@@ -49,6 +50,10 @@ CONTROL_MODES = ("none", "poll", "explicit")
 ALL_MODELS = "*"
 #: Triton's default ``--repository_poll_secs``.
 REPOSITORY_POLL_SECS = 15.0
+#: The server's ``--loader_foreground_bytes``: versions of at most this many bytes on
+#: disk load in the foreground. Keras's ``model.export()`` writes each variable twice,
+#: so this is about 20 MiB of weights (docs/benchmarks.md, "Swap to first response").
+LOADER_FOREGROUND_BYTES = 40 * 2**20
 _REMOTE = ("gs://", "s3://", "hdfs://")
 
 
@@ -73,6 +78,12 @@ def check_port(flag: str, value: object) -> None:
     """A port number, 0-65535."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
         raise ValueError(f"{flag} must be a port number, 0-65535. Received: {value!r}")
+
+
+def check_bytes(flag: str, value: object) -> None:
+    """A byte count: an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{flag} must be an integer >= 0 (bytes). Received: {value!r}")
 
 
 def check_positive(flag: str, value: object, *, optional: bool = False) -> None:
@@ -508,6 +519,7 @@ def check_flags(
     tensorflow_intra_op_parallelism: int = 0,
     tensorflow_inter_op_parallelism: int = 0,
     access_log: bool = False,
+    loader_foreground_bytes: int = LOADER_FOREGROUND_BYTES,
 ) -> None:
     """Check what can be checked of :meth:`ServerConfig.from_flags`'s flags without TensorFlow.
 
@@ -528,6 +540,7 @@ def check_flags(
     check_positive("--max_request_bytes", max_request_bytes)
     check_positive("--drain_seconds", drain_seconds)
     check_non_negative("--file_system_poll_wait_seconds", file_system_poll_wait_seconds)
+    check_bytes("--loader_foreground_bytes", loader_foreground_bytes)
     check_admin(host, admin_api, admin_token if admin_token is not None else env_token())
     check_header(sticky_key_header)
     swap_policy_name(getattr(swap_policy, "value", swap_policy))

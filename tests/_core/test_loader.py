@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from lifecycle._core import Loader, check_gil_share, check_nice
+from lifecycle._core import Loader, check_foreground_bytes, check_gil_share, check_nice
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
 
@@ -28,8 +28,8 @@ def python_work(calls: int = 20_000) -> int:
 MAX_NICE = 19
 
 
-def make(*, nice=None, gil_share=1.0, busy=lambda: True):
-    return Loader("t", nice=nice, gil_share=gil_share, busy=busy)
+def make(*, nice=None, gil_share=1.0, busy=lambda: True, foreground_bytes=0):
+    return Loader("t", nice=nice, gil_share=gil_share, busy=busy, foreground_bytes=foreground_bytes)
 
 
 def test_runs_on_its_own_thread_with_the_callers_context_and_returns_the_result():
@@ -140,3 +140,53 @@ def test_bad_nice_values_are_rejected(value):
 def test_bad_gil_shares_are_rejected(value):
     with pytest.raises(ValueError, match="must be a number in"):
         check_gil_share(value, "share")
+
+
+def test_small_work_runs_in_the_foreground_unpaced_and_large_or_unsized_work_in_the_background():
+    busy = threading.Event()
+    busy.set()  # requests in flight the whole time: background work pauses
+    loader = make(gil_share=0.5, busy=busy.is_set, foreground_bytes=1000)
+
+    def where() -> tuple[str, int]:
+        pauses = loader.pauses
+        python_work()
+        return threading.current_thread().name, loader.pauses - pauses
+
+    try:
+        caller = threading.current_thread().name
+        assert loader.in_foreground(1000) and not loader.in_foreground(1001)
+        assert not loader.in_foreground(None)
+        # At most foreground_bytes: on the calling thread, never paused.
+        assert loader.run(where, nbytes=0) == (caller, 0)
+        assert loader.run(where, nbytes=1000) == (caller, 0)
+        assert loader.foreground_runs == 2
+        # Larger, or of unknown size: on the loader thread, paced.
+        thread, pauses = loader.run(where, nbytes=1001)
+        assert thread.startswith("lifecycle-loader-t") and pauses > 0
+        thread, pauses = loader.run(where)
+        assert thread.startswith("lifecycle-loader-t") and pauses > 0
+        assert loader.foreground_runs == 2
+        # The calling thread's profile function was never touched.
+        assert sys.getprofile() is None
+    finally:
+        loader.close()
+
+
+def test_foreground_bytes_zero_keeps_every_call_on_the_loader_thread():
+    loader = make(gil_share=0.5, foreground_bytes=0)
+    try:
+        assert not loader.in_foreground(0)
+        assert loader.run(lambda: threading.current_thread().name, nbytes=0).startswith(
+            "lifecycle-loader-t"
+        )
+        assert loader.foreground_runs == 0
+    finally:
+        loader.close()
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "20", None])
+def test_bad_foreground_bytes_are_rejected(value):
+    with pytest.raises(
+        ValueError, match=f"must be an int .a number of bytes. >= 0. Received: fg={value!r}"
+    ):
+        check_foreground_bytes(value, "fg")

@@ -1,0 +1,126 @@
+"""A new version of a small model takes traffic soon after its directory appears.
+
+`lifecycle serve` loads in the background (a lower priority, paced while
+requests are in flight) so that swaps do not disturb requests; a small
+version loads in the foreground instead (``--loader_foreground_bytes``), so
+that it is not held back for seconds. Clients keep sending through the swaps.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import keras
+import pytest
+from test_server import free_port, lifecycle_serve, stop
+from typer.testing import CliRunner
+
+import lifecycle.server
+from lifecycle import cli
+from lifecycle.server import ServerConfig
+
+POLL_SECONDS = 1.0
+CLIENTS = 4
+# Generous for a loaded 2-core machine: the poll alone takes up to a second, a
+# foreground load of this model ~0.1-0.5 s.
+WITHIN_SECONDS = 5.0
+
+
+def small_model() -> keras.Model:
+    """About 1M parameters (4 MiB of weights, 8 MiB in its SavedModel): a small model."""
+    x = keras.Input((256,), name="features")
+    hidden = keras.layers.Dense(1024, activation="relu")(x)
+    hidden = keras.layers.Dense(768, activation="relu")(hidden)
+    return keras.Model(x, keras.layers.Dense(2)(hidden))
+
+
+def publish(template: Path, base: Path, version: int) -> float:
+    """Copy ``template`` aside and rename it into place as ``version``; when it appeared."""
+    shutil.copytree(template, base / f".writing-{version}")
+    (base / f".writing-{version}").rename(base / str(version))
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "20"])
+def test_a_bad_loader_foreground_bytes_is_refused_naming_the_flag(value):
+    with pytest.raises(ValueError, match="--loader_foreground_bytes must be an integer >= 0"):
+        ServerConfig(loader_foreground_bytes=value)
+
+
+def test_the_server_loads_small_versions_in_the_foreground_by_default():
+    assert ServerConfig().loader_foreground_bytes == 40 * 2**20
+
+
+def test_the_command_passes_the_flag_to_the_server_and_refuses_a_bad_one(monkeypatch):
+    served: list[ServerConfig] = []
+    monkeypatch.setattr(lifecycle.server, "serve", served.append)
+    app, runner = cli.build_app(), CliRunner()
+    result = runner.invoke(app, ["serve", "--port", "0", "--loader_foreground_bytes", "0"])
+    assert result.exit_code == 0, result.output
+    assert [config.loader_foreground_bytes for config in served] == [0]
+    result = runner.invoke(app, ["serve", "--port", "0", "--loader_foreground_bytes", "-1"])
+    assert result.exit_code == 2
+    assert "--loader_foreground_bytes must be an integer >= 0" in result.output
+
+
+@pytest.mark.subprocess
+def test_a_new_version_of_a_small_model_answers_soon_after_its_directory_appears(tmp_path):
+    template, base = tmp_path / "template", tmp_path / "m"
+    small_model().export(str(template), verbose=False)
+    base.mkdir()
+    publish(template, base, 1)
+    port = free_port()
+    flags = [
+        *("--rest_api_port", str(port), "--port", "0", "--model_name", "m"),
+        *("--model_base_path", str(base), "--drain_seconds", "5"),
+        *("--file_system_poll_wait_seconds", str(POLL_SECONDS)),
+    ]
+    first_answer: dict[int, float] = {}
+    failures: list[str] = []
+    done = threading.Event()
+    body = {
+        "inputs": [{"name": "features", "shape": [1, 256], "datatype": "FP32", "data": [0.5] * 256}]
+    }
+
+    def client() -> None:
+        """Sends KServe v2 infer back to back; its answers name their version."""
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            while not done.is_set():
+                try:
+                    response = http.post("/v2/models/m/infer", json=body)
+                    if response.status_code != 200:
+                        raise AssertionError(response.text)
+                    version = int(response.json()["model_version"])
+                except Exception as error:
+                    failures.append(f"{type(error).__name__}: {error}")
+                    continue
+                first_answer.setdefault(version, time.monotonic())
+
+    moved: list[float] = []
+    with lifecycle_serve(*flags) as process:
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        try:
+            for version in (2, 3):
+                time.sleep(1.5)  # clients send to the current version meanwhile
+                appeared = publish(template, base, version)
+                deadline = appeared + 60
+                while version not in first_answer and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert version in first_answer, f"version {version} never answered"
+                moved.append(first_answer[version] - appeared)
+        finally:
+            done.set()
+            for thread in threads:
+                thread.join(timeout=60)
+        output = stop(process)
+
+    print(f"directory appeared -> first answer: {', '.join(f'{s:.2f} s' for s in moved)}")
+    assert failures == [], failures[:5]
+    assert max(moved) <= WITHIN_SECONDS, moved
+    assert "Registry closed: 1 version(s) drained and disposed." in output
