@@ -479,6 +479,14 @@ BAD_SERVE_FLAGS = [
         "--load_model ['nope']: no such model directory",
     ),
     (["--enable_batching", "--batching_parameters_file", "{tmp}/no"], "does not exist"),
+    # The batching policy's own ranges, checked by the policy of lifecycle._core.
+    (["--enable_batching", "--max_batch_size", "0"], "--max_batch_size must be an integer >= 1"),
+    (["--enable_batching", "--batch_return_wait", "-1"], "--batch_return_wait must be a finite"),
+    (
+        ["--enable_batching", "--max_batch_size", "8", "--allowed_batch_sizes", "8,4"],
+        "--allowed_batch_sizes must be strictly ascending",
+    ),
+    (["--loader_foreground_bytes", "-1"], "--loader_foreground_bytes must be an integer >= 0"),
 ]
 
 

@@ -27,33 +27,50 @@ from ._app import console
 from ._quiet import import_library
 
 SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
-_FLAGS = "lifecycle.server._flags"
+_PACKAGE = Path(__file__).resolve().parent.parent  # lifecycle/
 
 
 def flag_checks() -> ModuleType:
-    """``lifecycle.server._flags``, the server's flag checks, without importing TensorFlow.
+    """``lifecycle.server._flags``, the server's flag checks, without importing TensorFlow."""
+    return standalone("lifecycle.server._flags", _PACKAGE / "server" / "_flags.py")
 
-    ``import lifecycle.server`` runs ``lifecycle/__init__.py``, which imports
-    TensorFlow. The module imports nothing of the library, so it is loaded from
-    its file, as ``lifecycle_cli`` loads this package, under its own name: the
-    server imports the same module later.
+
+def batching_policy_class() -> type:
+    """The registry's ``BatchingPolicy`` (``lifecycle/_core/_batcher.py``), without TensorFlow.
+
+    Its module imports nothing of the library but its exceptions and its
+    sibling ``_checks``, both pure Python: they are loaded first.
     """
-    if _FLAGS in sys.modules:
-        return sys.modules[_FLAGS]
+    standalone("lifecycle.errors", _PACKAGE / "errors.py")
+    standalone("lifecycle._core._checks", _PACKAGE / "_core" / "_checks.py")
+    return standalone("lifecycle._core._batcher", _PACKAGE / "_core" / "_batcher.py").BatchingPolicy
+
+
+def standalone(name: str, path: Path) -> ModuleType:
+    """The module ``name`` at ``path``, loaded on its own.
+
+    ``import lifecycle.<anything>`` runs ``lifecycle/__init__.py``, which imports
+    TensorFlow: seconds. A module that imports nothing of the library (or only
+    modules loaded so before it) is loaded from its file, as ``lifecycle_cli``
+    loads this package, under its own name: the library imports the same
+    module object later.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
     if "lifecycle" in sys.modules:  # TensorFlow is imported already: the usual way
         try:
-            return importlib.import_module(_FLAGS)
+            return importlib.import_module(name)
         except ImportError:  # the serve extra is missing: said once the command runs
             pass
-    path = Path(__file__).resolve().parent.parent / "server" / "_flags.py"
-    spec = importlib.util.spec_from_file_location(_FLAGS, path)
+    package = [str(path.parent)] if path.name == "__init__.py" else None
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=package)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)
-    sys.modules[_FLAGS] = module
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[_FLAGS]
+        del sys.modules[name]
         raise
     return module
 
@@ -298,7 +315,12 @@ def serve(
         "loader_foreground_bytes": loader_foreground_bytes,
     }
     try:  # before TensorFlow is imported, which takes seconds
-        flag_checks().check_flags(**flags)
+        checks = flag_checks()
+        checks.check_flags(**flags)
+        if enable_batching and batching_parameters_file is None:
+            batching = {name: flags[name] for name in checks.BATCHING_FLAGS}
+            given = checks.batching_flags(True, None, batching)
+            checks.batching_policy(batching_policy_class(), given, batch_return_wait)
     except (ValueError, FileNotFoundError) as error:
         raise refuse(error) from None
     if "tensorflow" not in sys.modules:  # read once, when TensorFlow is imported

@@ -381,16 +381,13 @@ def _batching(
     given = _flags.batching_flags(enabled, path, flags)
     if not enabled:
         return None
+    if path is None:
+        return _flags.batching_policy(BatchingPolicy, given, return_wait)
     wait = {} if return_wait is None else {"return_wait": return_wait}
     try:
-        if path is not None:
-            return attrs.evolve(read_batching_parameters(path), **wait)
-        return BatchingPolicy(**given, **wait)
+        return attrs.evolve(read_batching_parameters(path), **wait)
     except ValueError as error:
-        message = str(error).replace("`return_wait`", "--batch_return_wait")
-        for name in flags:
-            message = message.replace(f"`{name}`", f"--{name}")
-        raise ValueError(message) from None
+        raise ValueError(_flags.batching_message(error)) from None
 
 
 # TensorFlow Serving's BatchingParameters (servables/tensorflow/session_bundle_config.proto),

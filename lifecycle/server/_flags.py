@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
 
 __all__ = [
     "ADMIN_TOKEN_ENV",
     "ALL_MODELS",
+    "BATCHING_FLAGS",
     "CONTROL_MODES",
     "HEADER_CHARS",
     "LABEL_CHARS",
@@ -26,6 +27,8 @@ __all__ = [
     "REPOSITORY_POLL_SECS",
     "SWAP_POLICIES",
     "base_path",
+    "batching_message",
+    "batching_policy",
     "check_flags",
     "is_loopback",
     "repository_models",
@@ -55,6 +58,7 @@ REPOSITORY_POLL_SECS = 15.0
 #: so this is about 20 MiB of weights (docs/benchmarks.md, "Swap to first response").
 LOADER_FOREGROUND_BYTES = 40 * 2**20
 _REMOTE = ("gs://", "s3://", "hdfs://")
+_Policy = TypeVar("_Policy")
 
 
 def is_loopback(host: str) -> bool:
@@ -456,6 +460,42 @@ def config_entries(config: Any, source: str) -> list[tuple[Any, str]]:
     return entries
 
 
+#: TensorFlow Serving's batching flags, which a ``--batching_parameters_file`` replaces.
+BATCHING_FLAGS = (
+    "max_batch_size",
+    "batch_timeout_micros",
+    "allowed_batch_sizes",
+    "num_batch_threads",
+    "max_enqueued_batches",
+)
+
+
+def batching_policy(
+    policy: Callable[..., _Policy], given: Mapping[str, Any], return_wait: float | None
+) -> _Policy:
+    """``policy`` (the registry's ``BatchingPolicy``) of the batching flags given.
+
+    The policy checks its ranges itself; its messages name its fields, turned
+    here into the flags.
+
+    Raises:
+        ValueError: A flag is out of range; the message names it.
+    """
+    wait = {} if return_wait is None else {"return_wait": return_wait}
+    try:
+        return policy(**given, **wait)
+    except ValueError as error:
+        raise ValueError(batching_message(error)) from None
+
+
+def batching_message(error: ValueError) -> str:
+    """A batching policy's message, its fields named as the flags that set them."""
+    message = str(error).replace("`return_wait`", "--batch_return_wait")
+    for name in BATCHING_FLAGS:
+        message = message.replace(f"`{name}`", f"--{name}")
+    return message
+
+
 def batching_flags(enabled: bool, path: str | None, flags: Mapping[str, Any]) -> dict[str, Any]:
     """The batching flags given (``allowed_batch_sizes`` as a list), checked against the file.
 
@@ -524,8 +564,10 @@ def check_flags(
     """Check what can be checked of :meth:`ServerConfig.from_flags`'s flags without TensorFlow.
 
     Takes the same arguments as ``from_flags``, which calls it first. Left
-    for later: the batching policy's ranges, importing ``--model_factory``
-    functions, and whether version directories hold versions that load.
+    for later: the batching policy's ranges (:func:`batching_policy`, which the
+    command runs with the policy of ``lifecycle._core``, free of TensorFlow
+    too), importing ``--model_factory`` functions, and whether version
+    directories hold versions that load.
 
     Raises:
         ValueError: A flag is out of range or does not go with the others;
