@@ -84,7 +84,9 @@ def refuse(error: Exception) -> typer.Exit:
 
 def serve(
     port: int = typer.Option(
-        8500, "--port", help="Port of TensorFlow Serving's gRPC API; 0: no gRPC server."
+        8500,
+        "--port",
+        help="Port of both gRPC APIs (TF Serving's and KServe v2's); 0: no gRPC server.",
     ),
     rest_api_port: int = typer.Option(
         8501, "--rest_api_port", help="Port of both REST APIs (TF Serving's and KServe v2)."
