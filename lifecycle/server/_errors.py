@@ -15,6 +15,10 @@ TensorFlow Serving does (its ``ToGRPCStatus`` maps TensorFlow's error codes one 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
 import attrs
 import grpc
 import tensorflow as tf
@@ -37,6 +41,7 @@ __all__ = [
     "UnauthorizedError",
     "WireError",
     "error_status",
+    "grpc_answer",
     "wire_message",
 ]
 
@@ -102,6 +107,8 @@ ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
 )
 
 _INTERNAL = WireError(500, "INTERNAL")
+_log = logging.getLogger("lifecycle.server")
+T = TypeVar("T")
 
 # Lines of a TensorFlow op error that say where the op was, not what went wrong.
 _OP_TRACE_LINES = ("Detected at node", "<stack traces unavailable>", " ", "\t")
@@ -113,6 +120,23 @@ def error_status(error: BaseException) -> WireError:
         if isinstance(error, kind):
             return wire
     return _INTERNAL
+
+
+def grpc_answer(context: grpc.ServicerContext, method: str, call: Callable[[], T]) -> T:
+    """``call()``'s answer, or the gRPC call aborted with its error's code and message.
+
+    An error of status 500 or more is logged with its traceback, as the REST
+    app logs it.
+    """
+    try:
+        return call()
+    except Exception as error:
+        wire = error_status(error)
+        if wire.status >= 500:
+            _log.error("gRPC %s failed", method, exc_info=error)
+        code, message = wire.grpc_code, wire_message(error)
+    context.abort(code, message)  # raises: the call ends here
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def wire_message(error: BaseException) -> str:

@@ -22,10 +22,8 @@ run signatures of those methods on ``tf.Example`` inputs (``_examples``);
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from concurrent import futures
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import numpy as np
@@ -44,7 +42,7 @@ from tensorflow_serving.apis import (
 
 from ._auth import AdminInterceptor, grpc_sticky_key
 from ._config import ServerConfig, served_models
-from ._errors import BadRequestError, error_status, wire_message
+from ._errors import BadRequestError, grpc_answer
 from ._examples import (
     CLASSIFY,
     REGRESS,
@@ -58,10 +56,6 @@ from ._service import ModelService
 from ._tfserving import SIGNATURE, signature_def_map, status_response
 
 __all__ = ["build_grpc_server"]
-
-_log = logging.getLogger("lifecycle.server")
-
-T = TypeVar("T")
 
 
 def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Server:
@@ -128,19 +122,6 @@ def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Serve
     return server
 
 
-def _answer(context: grpc.ServicerContext, method: str, call: Callable[[], T]) -> T:
-    """``call()``'s answer, or the call aborted with its error's code and message."""
-    try:
-        return call()
-    except Exception as error:
-        wire = error_status(error)
-        if wire.status >= 500:
-            _log.error("gRPC %s failed", method, exc_info=error)
-        code, message = wire.grpc_code, wire_message(error)
-    context.abort(code, message)  # raises: the call ends here
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def _spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None, str | None]:
     """``(name, version, label)`` of a request's ``model_spec``."""
     if not spec.name:
@@ -163,7 +144,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
     ) -> predict_pb2.PredictResponse:
         key = grpc_sticky_key(context, self._service.config)
-        return _answer(context, "Predict", lambda: self._predict(request, key))
+        return grpc_answer(context, "Predict", lambda: self._predict(request, key))
 
     def _predict(
         self, request: predict_pb2.PredictRequest, key: str | None
@@ -187,7 +168,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         request: get_model_metadata_pb2.GetModelMetadataRequest,
         context: grpc.ServicerContext,
     ) -> get_model_metadata_pb2.GetModelMetadataResponse:
-        return _answer(context, "GetModelMetadata", lambda: self._metadata(request))
+        return grpc_answer(context, "GetModelMetadata", lambda: self._metadata(request))
 
     def _metadata(
         self, request: get_model_metadata_pb2.GetModelMetadataRequest
@@ -214,7 +195,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self, request: classification_pb2.ClassificationRequest, context: grpc.ServicerContext
     ) -> classification_pb2.ClassificationResponse:
         key = grpc_sticky_key(context, self._service.config)
-        return _answer(context, "Classify", lambda: self._classify(request, key))
+        return grpc_answer(context, "Classify", lambda: self._classify(request, key))
 
     def _classify(
         self, request: classification_pb2.ClassificationRequest, key: str | None
@@ -232,7 +213,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self, request: regression_pb2.RegressionRequest, context: grpc.ServicerContext
     ) -> regression_pb2.RegressionResponse:
         key = grpc_sticky_key(context, self._service.config)
-        return _answer(context, "Regress", lambda: self._regress(request, key))
+        return grpc_answer(context, "Regress", lambda: self._regress(request, key))
 
     def _regress(
         self, request: regression_pb2.RegressionRequest, key: str | None
@@ -292,7 +273,7 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
         request: get_model_status_pb2.GetModelStatusRequest,
         context: grpc.ServicerContext,
     ) -> get_model_status_pb2.GetModelStatusResponse:
-        return _answer(
+        return grpc_answer(
             context,
             "GetModelStatus",
             lambda: status_response(self._service.versions(*_spec(request.model_spec))),
@@ -303,7 +284,7 @@ class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
         request: model_management_pb2.ReloadConfigRequest,
         context: grpc.ServicerContext,
     ) -> model_management_pb2.ReloadConfigResponse:
-        return _answer(context, "HandleReloadConfigRequest", lambda: self._reload(request))
+        return grpc_answer(context, "HandleReloadConfigRequest", lambda: self._reload(request))
 
     def _reload(
         self, request: model_management_pb2.ReloadConfigRequest

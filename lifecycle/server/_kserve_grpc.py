@@ -23,24 +23,19 @@ settings, model configuration) answer ``UNIMPLEMENTED``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from ._auth import grpc_sticky_key
-from ._errors import BadRequestError, error_status, wire_message
+from ._errors import BadRequestError, grpc_answer
 from ._kserve import model_metadata, model_ready, repository_index, server_metadata
 from ._open_inference import SERVICE, message, methods
 from ._service import ModelService
 from ._v2tensors import check_input, from_contents, from_raw, output_names, to_raw
 
 __all__ = ["add_inference_service"]
-
-_log = logging.getLogger("lifecycle.server")
-
-T = TypeVar("T")
 
 _InferResponse = message("ModelInferResponse")
 
@@ -89,19 +84,6 @@ class _Handler(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(unimplemented)
 
 
-def _answer(context: grpc.ServicerContext, method: str, call: Callable[[], T]) -> T:
-    """``call()``'s answer, or the call aborted with its error's code and message."""
-    try:
-        return call()
-    except Exception as error:
-        wire = error_status(error)
-        if wire.status >= 500:
-            _log.error("gRPC %s failed", method, exc_info=error)
-        code, message = wire.grpc_code, wire_message(error)
-    context.abort(code, message)  # raises: the call ends here
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
 def _version(version: str) -> int | None:
     """A request's ``version`` string: empty for the default version."""
     if not version:
@@ -137,7 +119,7 @@ class _InferenceService:
         return self._response("ServerMetadata", **server_metadata())
 
     def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return _answer(
+        return grpc_answer(
             context,
             "ModelReady",
             lambda: self._response(
@@ -147,7 +129,7 @@ class _InferenceService:
         )
 
     def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return _answer(
+        return grpc_answer(
             context,
             "ModelMetadata",
             lambda: self._response(
@@ -158,7 +140,7 @@ class _InferenceService:
 
     def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:
         key = grpc_sticky_key(context, self._service.config)
-        return _answer(context, "ModelInfer", lambda: self._infer(request, key))
+        return grpc_answer(context, "ModelInfer", lambda: self._infer(request, key))
 
     def _infer(self, request: Any, key: str | None) -> Any:
         name, version = _name(request.model_name), _version(request.model_version)
@@ -198,7 +180,7 @@ class _InferenceService:
         return response
 
     def RepositoryIndex(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return _answer(
+        return grpc_answer(
             context,
             "RepositoryIndex",
             lambda: self._response(
@@ -207,14 +189,14 @@ class _InferenceService:
         )
 
     def RepositoryModelLoad(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return _answer(
+        return grpc_answer(
             context,
             "RepositoryModelLoad",
             lambda: self._repository(self._service.load, "RepositoryModelLoad", request),
         )
 
     def RepositoryModelUnload(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return _answer(
+        return grpc_answer(
             context,
             "RepositoryModelUnload",
             lambda: self._repository(self._service.unload, "RepositoryModelUnload", request),
