@@ -6,6 +6,8 @@ import gc
 import os
 import shutil
 import sys
+import threading
+import time
 import weakref
 
 import keras
@@ -199,6 +201,34 @@ def test_watch_serves_saved_models_and_archives_without_a_factory(tmp_path):
         assert (report.loaded, report.default) == ((3,), 3)
         out = registry.predict("risk", {"features": X})["output_0"]
         np.testing.assert_allclose(out.numpy(), third, rtol=1e-6)
+
+
+def test_notify_scans_when_a_version_is_renamed_into_place_without_polling(tmp_path):
+    """No poll at all: only the operating system's notification can find version 2."""
+    export(tmp_path / "1", seed=1)
+    second = export(tmp_path / ".tmp-2", seed=2)
+    with lc.ModelRegistry() as registry:
+        registry.watch("risk", tmp_path, poll_interval=None, notify=True)
+        os.rename(tmp_path / ".tmp-2", tmp_path / "2")
+        deadline = time.monotonic() + 60
+        while registry.last_scan("risk").default != 2:
+            assert time.monotonic() < deadline, "version 2 was not found within 60 s"
+            time.sleep(0.02)
+        out = registry.predict("risk", {"features": X})["output_0"]
+        np.testing.assert_allclose(out.numpy(), second, rtol=1e-6)
+        threads = {t.name for t in threading.enumerate() if "risk" in t.name}
+        assert {name.split("-")[1] for name in threads} == {"watch", "notify"}
+        registry.unwatch("risk")
+        assert not [t for t in threading.enumerate() if t.name in threads]
+
+
+def test_notify_without_watchfiles_names_the_install(tmp_path, monkeypatch):
+    export(tmp_path / "1")
+    monkeypatch.setitem(sys.modules, "watchfiles", None)  # as if not installed
+    with lc.ModelRegistry() as registry:
+        with pytest.raises(ImportError, match=r"needs watchfiles, which the serve extra"):
+            registry.watch("risk", tmp_path, notify=True)
+        assert registry.status() == ()
 
 
 def test_a_corrupt_version_is_reported_while_the_serving_one_keeps_serving(tmp_path):

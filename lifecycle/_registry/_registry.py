@@ -47,7 +47,7 @@ from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
 from ._table import VersionTable
 from ._version_dirs import VersionPolicy, available_versions
 from ._versions import LoadedVersion
-from ._watching import ScanReport, Watch, Watcher
+from ._watching import ScanReport, Watch, Watcher, require_notifications
 
 __all__ = ["ModelRegistry"]
 
@@ -687,6 +687,7 @@ class ModelRegistry:
         strict: bool = True,
         poll_interval: float | None = None,
         batching: BatchingPolicy | None = None,
+        notify: bool = False,
     ) -> ScanReport:
         """Serve the versions of ``name`` found under ``base_path``, and scan it now.
 
@@ -725,6 +726,13 @@ class ModelRegistry:
                 when :meth:`scan` is called. :meth:`last_scan` has the latest
                 report.
             batching: Batch each version's concurrent requests (see :meth:`load`).
+            notify: Also scan as soon as an entry of ``base_path`` changes (a
+                version directory created, renamed into place or removed), as
+                the operating system reports it (inotify on Linux), rather than
+                at the next poll: a new version is found in milliseconds, not
+                up to ``poll_interval`` later. Polling goes on beside it (file
+                systems that report nothing, NFS say). Needs ``watchfiles``
+                (the ``serve`` extra).
 
         Returns:
             The first scan's :class:`ScanReport`.
@@ -732,6 +740,8 @@ class ModelRegistry:
         Raises:
             CheckpointError: ``base_path`` is not a directory; nothing changed.
             ValueError: ``name`` is already watched, or a bad argument.
+            ImportError: ``notify`` without ``watchfiles``; the message names
+                the ``pip install``.
         """
         name = check_model_name(name)
         if factory is not None and not callable(factory):
@@ -749,12 +759,16 @@ class ModelRegistry:
         available_versions(base)  # fail now on a missing directory
         if batching is not None and not isinstance(batching, BatchingPolicy):
             raise TypeError(f"`batching` must be a BatchingPolicy or None. Received: {batching!r}")
-        watch = Watch(base, factory, policy, warmup, strict, poll_interval, batching=batching)
+        if notify:
+            require_notifications()
+        watch = Watch(
+            base, factory, policy, warmup, strict, poll_interval, batching=batching, notify=notify
+        )
         with self._administering():
             self._table.check_open()
             self._watcher.add(name, watch)
         report = self.scan(name)
-        if poll_interval is not None:
+        if poll_interval is not None or notify:
             self._watcher.start_polling(name, watch)
         return report
 

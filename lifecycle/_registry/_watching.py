@@ -37,7 +37,7 @@ from ._status import SwapPolicy
 from ._table import VersionTable
 from ._version_dirs import VersionPolicy, available_versions, version_source
 
-__all__ = ["ScanReport", "Watch", "Watcher"]
+__all__ = ["WATCHFILES_INSTALL", "ScanReport", "Watch", "Watcher", "require_notifications"]
 
 _log = logging.getLogger("lifecycle.registry")
 
@@ -98,6 +98,8 @@ class Watch:
     strict: bool
     poll_interval: float | None = None
     batching: BatchingPolicy | None = None
+    # Scan as soon as the base path's entries change (see `ModelRegistry.watch`).
+    notify: bool = False
     # Versions this watch loaded and still serves.
     served: set[int] = attrs.field(factory=set)
     # Versions unloaded by hand: scans leave them alone until loaded by hand.
@@ -108,14 +110,68 @@ class Watch:
     last: ScanReport | None = None
     last_error: str | None = None
     stop: threading.Event = attrs.field(factory=threading.Event)
+    # Set by a change the operating system reported, or by `halt`: scan (or stop) now.
+    wake: threading.Event = attrs.field(factory=threading.Event)
     thread: threading.Thread | None = None
+    notifier: threading.Thread | None = None
 
     def halt(self) -> None:
-        """Stop the polling thread, if any, and wait for its scan in progress."""
+        """Stop the polling and notifying threads, if any, and wait for a scan in progress."""
         self.stop.set()
-        thread = self.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        self.wake.set()
+        for thread in (self.thread, self.notifier):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
+
+
+WATCHFILES_INSTALL = 'pip install "keras-lifecycle[serve]"'
+
+
+def require_notifications() -> None:
+    """Check that change notifications can be had (``watchfiles``).
+
+    Raises:
+        ImportError: ``watchfiles`` is missing; the message names the ``pip install``.
+    """
+    try:
+        import watchfiles  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"`notify=True` needs watchfiles, which the serve extra installs: "
+            f"{WATCHFILES_INSTALL} (or pip install watchfiles)."
+        ) from error
+
+
+def _notify(name: str, watch: Watch) -> None:
+    """Wake ``watch``'s scans whenever an entry of its base path changes, until it stops.
+
+    Only the base path's own entries are watched (not recursively): a version
+    written in place or aside and renamed in is one event when it appears, not
+    one per file written. If the operating system's notifications fail (the
+    base path removed, a file system without them), polling goes on alone.
+    """
+    import watchfiles
+
+    try:
+        for _ in watchfiles.watch(
+            watch.base,
+            watch_filter=None,
+            recursive=False,
+            # Changes a few milliseconds apart (a rename's two events) make one wake.
+            step=20,
+            stop_event=watch.stop,
+            raise_interrupt=False,
+        ):
+            watch.wake.set()
+    except Exception as error:  # the base path vanished, say: polling still runs
+        if not watch.stop.is_set():
+            _log.warning(
+                "Change notifications for %r under %r stopped (%s: %s); polling goes on.",
+                name,
+                watch.base,
+                type(error).__name__,
+                error,
+            )
 
 
 class Watcher:
@@ -177,7 +233,11 @@ class Watcher:
         self._watches[name] = watch
 
     def start_polling(self, name: str, watch: Watch) -> None:
-        """Scan ``name`` every ``watch.poll_interval`` seconds on a thread of its own."""
+        """Scan ``name`` every ``watch.poll_interval`` seconds, and on changes if notified.
+
+        Scans run on a thread of their own; with ``watch.notify`` another
+        thread wakes it when the operating system reports a change.
+        """
         watch.thread = threading.Thread(
             target=self._poll,
             args=(name, watch),
@@ -185,6 +245,14 @@ class Watcher:
             daemon=True,
         )
         watch.thread.start()
+        if watch.notify:
+            watch.notifier = threading.Thread(
+                target=_notify,
+                args=(name, watch),
+                name=f"lifecycle-notify-{self._registry}-{name}",
+                daemon=True,
+            )
+            watch.notifier.start()
 
     def remove(self, name: str) -> Watch:
         """Stop watching ``name`` (the caller halts the returned watch).
@@ -225,8 +293,11 @@ class Watcher:
         self._watches.clear()
 
     def _poll(self, name: str, watch: Watch) -> None:
-        assert watch.poll_interval is not None
-        while not watch.stop.wait(watch.poll_interval):
+        while True:
+            watch.wake.wait(watch.poll_interval)  # None: only when woken
+            watch.wake.clear()  # changes from now on wake the next round
+            if watch.stop.is_set():
+                return
             try:
                 self.scan(name)
             except Exception as error:  # keep polling: the next scan may succeed

@@ -49,8 +49,9 @@ class ModelService:
 
     Each configured model is a base path the registry watches
     (:meth:`ModelRegistry.watch`), polled every
-    ``config.file_system_poll_wait_seconds``: the registry loads, promotes and
-    retires its versions. A repository unload stops watching the model and
+    ``config.file_system_poll_wait_seconds`` and scanned at once when the
+    operating system reports a change in it (``notify``): the registry loads,
+    promotes and retires its versions. A repository unload stops watching the model and
     retires its versions, so polling leaves it alone until a repository load
     watches it again.
 
@@ -447,6 +448,9 @@ class ModelService:
             policy=model.policy,
             poll_interval=interval or None,
             batching=self.config.batching,
+            # Where polling is on, a new version is also found the moment its
+            # directory appears, not up to a poll later.
+            notify=bool(interval),
         )
         self._watched.add(model.name)
         if not report.wanted:
