@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -544,6 +545,152 @@ def test_the_checkpoint_benchmark_compares_each_operation_with_plain(load_script
     module._harness.render_table(module.HEADER, list(rows.values()))  # as many cells as columns
 
 
+def markdown_rows(lines: list[str], first_header: str) -> dict[str, list[str]]:
+    """The rows, by first cell and split into cells, of the Markdown table headed so."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        rows[cells[0]] = cells
+    return rows
+
+
+def test_the_peers_benchmark_skips_a_peer_it_cannot_run_naming_the_line_that_creates_it(
+    load_script, tmp_path
+):
+    module = load_script("peers.py")
+    kserve, mlserver = module.PEERS["kserve"], module.PEERS["mlserver"]
+    create = (
+        "python3 -m venv /tmp/peer-kserve && "
+        "/tmp/peer-kserve/bin/pip install kserve 'tensorflow-cpu==2.21.*'"
+    )
+    check = module.find_peer(kserve, None)
+    assert check.python is None
+    assert check.skipped == (
+        f"--kserve-venv not given; create it with `{create}` and pass --kserve-venv PATH"
+    )
+    missing = tmp_path / "venv"
+    check = module.find_peer(mlserver, str(missing))
+    assert check.python is None and check.skipped.startswith(f"no virtualenv at {missing}: ")
+    line = f"python3 -m venv {missing} && {missing}/bin/pip install mlserver 'uvloop==0.21.0'"
+    assert f"`{line} 'tensorflow-cpu==2.21.*'`" in check.skipped
+    # A virtualenv whose Python runs this test's, without the peer's package.
+    bare = tmp_path / "bare"
+    (bare / "bin").mkdir(parents=True)
+    (bare / "bin" / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bare / "bin" / "python").chmod(0o755)
+    check = module.find_peer(kserve, str(bare))
+    assert check.python is None and check.versions["kserve"] is None, check
+    assert check.skipped.startswith(f"{bare} lacks kserve"), check
+    assert f"create it with `python3 -m venv {bare} && {bare}/bin/pip install" in check.skipped
+    # The report says it, one line per peer, naming each option.
+    lines = module.skip_lines(module.peer_checks(module.parse_args([])))
+    assert [line.split(":")[0] for line in lines] == ["KServe skipped", "MLServer skipped"]
+    assert "--kserve-venv not given" in lines[0] and "--mlserver-venv not given" in lines[1]
+
+
+def peers_phase(requests_per_second: float, p99_ms: float, cpu_ms: float, **more) -> dict:
+    return {
+        "requests_per_second": requests_per_second,
+        "p50_ms": p99_ms / 2,
+        "p99_ms": p99_ms,
+        "server_cpu_ms_per_request": cpu_ms,
+        "requests": 100,
+        "failed": 0,
+        "errors": [],
+        "load_cpu_share": 0.2,
+        "load_cpu_warning": False,
+        **more,
+    }
+
+
+def test_the_peers_benchmark_reports_medians_and_ratios_per_round(load_script, capsys):
+    module = load_script("peers.py")
+    args = module.parse_args(["--rounds", "2", "--clients", "16,1", "--cycles", "2"])
+    checks = {
+        "kserve": module.PeerCheck("kserve", None, skipped="--kserve-venv not given; ..."),
+        "mlserver": module.PeerCheck(
+            "mlserver",
+            module.Path("/venv/bin/python"),
+            {"mlserver": "1.7.1", "tensorflow-cpu": "2.21.0", "keras": "3.15.1"},
+        ),
+    }
+    run = module.Run(["lifecycle", "mlserver"], args.clients)
+    for rps, rss, failed, swap_p99 in ((1000.0, 1200.0, 0, 30.0), (800.0, 1300.0, 3, 31.0)):
+        steady = {
+            "lifecycle": peers_phase(rps, 10.0, 1.0),
+            "mlserver": peers_phase(rps / 2, 20.0, 4.0, failed=failed),
+        }
+        swaps = {
+            "lifecycle": peers_phase(rps, swap_p99, 1.0, swap_seconds=[1.0, 2.0]),
+            "mlserver": peers_phase(rps, 40.0, 1.0, swap_seconds=[0.1]),
+        }
+        run.rounds.append(
+            {
+                "v2/1": steady,
+                "v2/16": steady,
+                "v1/1": {"lifecycle": steady["lifecycle"]},
+                "v1/16": {"lifecycle": steady["lifecycle"]},
+                "swaps": swaps,
+                "memory": {
+                    "lifecycle": {
+                        "rss_mib": [700.0] * 3,
+                        "cycle_seconds": [0.5, 0.7],
+                        "error": None,
+                    },
+                    "mlserver": {
+                        "rss_mib": [rss, rss + 30, rss + 60],
+                        "cycle_seconds": [0.2],
+                        "error": "POST .../load: status 500",
+                    },
+                },
+            }
+        )
+    module.print_report(args, 1000, "0.10, 0.20, 0.30", checks, run)
+    lines = capsys.readouterr().out.splitlines()
+
+    assert lines[0].startswith("- machine: ") and "MLServer 1.7.1 (TensorFlow 2.21.0" in lines[1]
+    rows = markdown_rows(lines, "protocol, clients, server")
+    assert list(rows) == [
+        "KServe v2 REST, 1, lifecycle serve",
+        "KServe v2 REST, 1, MLServer",
+        "KServe v2 REST, 16, lifecycle serve",
+        "KServe v2 REST, 16, MLServer",
+        "TF Serving REST, 1, lifecycle serve",
+        "TF Serving REST, 16, lifecycle serve",
+    ]
+    assert rows["KServe v2 REST, 1, lifecycle serve"][1:] == [
+        "900 (800-1,000)", "5.00 (5.00-5.00)", "10.00 (10.00-10.00)", "1.00 (1.00-1.00)", "0",
+        "-", "-",
+    ]  # fmt: skip
+    # Failures summed over the rounds; lifecycle's over the peer's, within each round.
+    assert rows["KServe v2 REST, 16, MLServer"][5:] == [
+        "3", "2.00x (2.00-2.00)", "0.25x (0.25-0.25)"
+    ]  # fmt: skip
+    swaps = markdown_rows(lines, "server")
+    # Every swap under load; p99 over the steady p99 of the same round at 16 clients.
+    assert swaps["lifecycle serve"][2:6] == ["4", "1.50 (1.00-2.00)", "30.50 (30.00-31.00)",
+                                             "3.05x (3.00-3.10)"]  # fmt: skip
+    assert swaps["MLServer"][2:6] == ["2", "0.10 (0.10-0.10)", "40.00 (40.00-40.00)",
+                                      "2.00x (2.00-2.00)"]  # fmt: skip
+    memory = markdown_rows(lines[lines.index("### Unload + load cycles") :], "server")
+    assert memory["lifecycle serve"][1:] == [
+        "4", "700", "700", "+0.00 (+0.00-+0.00)", "+0.00", "0.60 (0.50-0.70)", "0"
+    ]  # fmt: skip
+    # Two rounds of 30 MiB a cycle, 40 MiB more between them: 30 MiB a cycle over all.
+    assert memory["MLServer"][1:] == [
+        "2", "1,200", "1,360", "+30.00 (+30.00-+30.00)", "+30.00", "0.20 (0.20-0.20)", "2"
+    ]  # fmt: skip
+    assert "- errors of MLServer: ['POST .../load: status 500'" in "\n".join(lines)
+    assert (
+        "- RSS of MLServer, MiB, before and after each cycle, rounds joined: 1200 1230 1260 1290 "
+        "1320 (each round's start as measured: 1,200, 1,300)"
+    ) in lines
+    assert lines[-1] == "- KServe skipped: --kserve-venv not given; ..."
+
+
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_the_dispose_benchmark_runs_each_variant_in_a_child_process():
@@ -827,3 +974,41 @@ def test_allocator_benchmark_times_each_setting_and_sees_what_it_does():
         if "of a dropped 64 MiB tensor still mapped" in line
     }
     assert kept["pool"] >= 60 and kept["system"] < 4 and kept["nodnn"] < 4, kept
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.benchmark
+def test_peers_benchmark_serves_one_model_from_each_server_it_finds():
+    # Each peer runs from its virtualenv (LIFECYCLE_<PEER>_VENV, /tmp/peer-<peer> by
+    # default), and is skipped when there is none.
+    venvs = {
+        name: os.environ.get(f"LIFECYCLE_{name.upper()}_VENV", f"/tmp/peer-{name}")
+        for name in ("kserve", "mlserver")
+    }
+    found = {name: venv for name, venv in venvs.items() if Path(venv, "bin", "python").is_file()}
+    lines = run_benchmark(
+        "peers.py",
+        *(option for name, venv in found.items() for option in (f"--{name}-venv", venv)),
+        *("--rounds", "1", "--seconds", "1", "--warmup", "0.5", "--clients", "1,2"),
+        *("--units", "32", "--cycles", "2", "--settle", "0.2", "--swap-every", "0.5"),
+    )
+    labels = {"lifecycle": "lifecycle serve", "kserve": "KServe", "mlserver": "MLServer"}
+    served = ["lifecycle", *found]
+    throughput = markdown_rows(lines, "protocol, clients, server")
+    for name in served:
+        for clients in (1, 2):
+            row = throughput[f"KServe v2 REST, {clients}, {labels[name]}"]
+            assert float(row[1].replace(",", "")) > 0 and row[5] == "0", row
+    assert {row.split(", ")[-1] for row in throughput if row.startswith("TF Serving")} == {
+        labels[name] for name in served if name != "mlserver"
+    }
+    swaps = markdown_rows(lines, "server")
+    memory = markdown_rows(lines[lines.index("### Unload + load cycles") :], "server")
+    assert set(swaps) == set(memory) == {labels[name] for name in served}
+    for name in served:
+        assert swaps[labels[name]][-1] == "0", swaps  # no failed request during swaps
+        assert memory[labels[name]][1] == "2" and memory[labels[name]][-1] == "0", memory
+    for name in set(venvs) - set(found):
+        skipped = next(line for line in lines if line.startswith(f"- {labels[name]} skipped: "))
+        assert "python3 -m venv" in skipped, skipped
