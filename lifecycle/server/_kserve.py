@@ -248,9 +248,7 @@ def _infer(
     with service.request(name, version, key=key) as lease:
         inputs: dict[str, Any] = {}
         for index, item in enumerate(items):
-            spec = check_input(lease.signature, item["name"], item["datatype"])
-            if spec.name in inputs:
-                raise BadRequestError(f"Input {spec.name!r} appears twice in the request.")
+            spec = check_input(lease.signature, item["name"], item["datatype"], inputs)
             if index in raw:
                 inputs[spec.name] = from_raw(spec.name, item["datatype"], item["shape"], raw[index])
             else:

@@ -154,9 +154,7 @@ class _InferenceService:
         with self._service.request(name, version, key=key) as lease:
             inputs: dict[str, Any] = {}
             for index, tensor in enumerate(request.inputs):
-                spec = check_input(lease.signature, tensor.name, tensor.datatype)
-                if spec.name in inputs:
-                    raise BadRequestError(f"Input {spec.name!r} appears twice in the request.")
+                spec = check_input(lease.signature, tensor.name, tensor.datatype, inputs)
                 shape = list(tensor.shape)
                 if raw:
                     if tensor.HasField("contents"):

@@ -18,7 +18,7 @@ shape, a byte count or an element's length that does not add up is a
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,14 +94,25 @@ def tensor_metadata(spec: NamedTensorSpec) -> dict[str, Any]:
     }
 
 
-def check_input(signature: ServingSignature, name: str, datatype: str) -> NamedTensorSpec:
+def check_input(
+    signature: ServingSignature, name: str, datatype: str, taken: Collection[str] = ()
+) -> NamedTensorSpec:
     """The signature's input called ``name``, if ``datatype`` is the one it takes.
+
+    Args:
+        signature: The signature of the version serving the request.
+        name: The request's name of the input.
+        datatype: The request's datatype of it.
+        taken: The inputs the request gave before this one.
 
     Raises:
         ValueError: The model has no such input.
-        BadRequestError: The datatype is not the input's.
+        BadRequestError: The datatype is not the input's, or the request gave
+            the input before.
     """
     spec = signature.input(name)
+    if spec.name in taken:
+        raise BadRequestError(f"Input {spec.name!r} appears twice in the request.")
     expected = DATATYPES.get(spec.dtype)
     if datatype != expected:
         raise BadRequestError(
