@@ -8,6 +8,7 @@ model strongly, so it never keeps a dropped model alive.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import warnings
@@ -163,11 +164,12 @@ class ModelRecord:
     # -- accounting ------------------------------------------------------------
 
     def refresh(self, model: keras.Model) -> None:
-        """Re-read which buffers the model owns and report new bytes as pressure."""
+        """Re-read which buffers the model owns and report new bytes to the cleaner."""
         self.name = getattr(model, "name", self.name)
         handles = []
         total = 0
-        for leaf in _tf.model_leaves(model):
+        leaves = list(_tf.model_leaves(model))
+        for leaf in leaves:
             nbytes = _tf.leaf_nbytes(leaf)
             handles.append((weakref.ref(leaf.handle), weakref.ref(leaf), nbytes))
             total += nbytes
@@ -176,7 +178,14 @@ class ModelRecord:
             grown = total - self.accounted_bytes
             self.accounted_bytes = total
         PROCESS.add("bytes_owned", grown)
-        self.owner.cleaner.note_allocated(grown)
+        cleaner = self.owner.cleaner
+        cleaner.note_allocated(grown, owner=self)
+        if cleaner.strategy is CleanupStrategy.IN_BACKGROUND:
+            # The kernels its release will run, built now off the caller's
+            # thread: a first dispose would build one per variable shape.
+            missing = _tf.release_kernel_keys(leaves)
+            if missing:
+                cleaner.enqueue(functools.partial(_tf.warm_release, missing))
 
     # -- dispose ---------------------------------------------------------------
 
@@ -221,20 +230,25 @@ class ModelRecord:
             variables_released = sum(count for _, count in per_device.values())
             self._account_release(bytes_released)
             KERNEL_CACHE.note_released(variables_released)
-            if collect or self.owner.cleaner.strategy is not CleanupStrategy.IN_BACKGROUND:
+            cleaner = self.owner.cleaner
+            if collect or cleaner.strategy is not CleanupStrategy.IN_BACKGROUND:
                 detached.clear()
             else:
                 # Destroying a large traced step function takes TensorFlow tens
                 # of milliseconds: the cleaner's thread does it.
-                self.owner.cleaner.enqueue(_LetGo(detached))
+                cleaner.enqueue(_LetGo(detached))
             del detached
             released = time.perf_counter()
             if collect:
-                self.owner.collector()  # gc.collect(), and the kernel cache by default
-            # Without collect=None, the bytes count only towards the cleaner's
-            # next trim; with it, the model's Python-side garbage is left to the
-            # cleaner too, which collects once enough bytes went by.
-            self.owner.cleaner.note_released(bytes_released, pressure=collect is None)
+                self.owner.collector()  # gc.collect(), and the kernel cache when due
+            elif collect is None and KERNEL_CACHE.due():
+                # No collection needed (the buffers are free), but the stale
+                # kernels of the buffers released so far are: the cleaner clears
+                # them where its strategy runs work.
+                cleaner.enqueue(clear_kernel_cache_when_due)
+            # Its buffers are free: nothing left for a collection to find.
+            cleaner.note_disposed(self)
+            cleaner.note_released(bytes_released)
             self.report = DisposeReport(
                 model_name=self.name,
                 bytes_released=bytes_released,
@@ -342,6 +356,8 @@ class ModelRecord:
             self.handles = []
             self._forget(cleaned=True)
             owned = self._account_release(released)
+            if KERNEL_CACHE.due():
+                clear_kernel_cache_when_due()
             self.report = DisposeReport(
                 model_name=self.name,
                 bytes_released=released,
@@ -351,6 +367,7 @@ class ModelRecord:
                 release_seconds=time.perf_counter() - started,
                 collect_seconds=0.0,
             )
+            self.owner.cleaner.note_disposed(self)
             self.owner.cleaner.note_released(released)
         if owned:
             cleaned = (
@@ -395,6 +412,16 @@ def disposed_error(model: keras.Model, what: str) -> DisposedError:
         f"{what} cannot run. Build or load a new model instead; a disposed model cannot "
         "be revived."
     )
+
+
+def clear_kernel_cache_when_due() -> None:
+    """Clear TensorFlow's eager kernel cache if managed models released enough buffers.
+
+    See :mod:`lifecycle._core._kernels`: the cache keeps stale kernels of every
+    released buffer until it is cleared.
+    """
+    if KERNEL_CACHE.take():
+        _tf.memory.clear_kernel_cache()
 
 
 class _LetGo:

@@ -236,9 +236,10 @@ class ManagedModel(keras.Model):
                 cleared once enough buffers were released since its last
                 clear), so the model's Python-side cycles go at once (its
                 cost is reported as ``collect_seconds``);
-                ``False`` never collects; ``None`` (default) leaves it to the
-                session's cleaner, which collects
-                once enough bytes were released, by its strategy.
+                ``False`` never collects; ``None`` (default) leaves the
+                model's Python garbage to Python's own collector (its
+                buffers are free: nothing is owed to a collection), and the
+                stale kernels to the session's cleaner.
             coordinate: Under ``MultiWorkerMirroredStrategy`` with several
                 workers, first wait (up to ``timeout``) until every worker is
                 disposing the model too, so no peer is left blocked in an

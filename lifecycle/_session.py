@@ -39,7 +39,7 @@ __all__ = [
     "current_session",
 ]
 
-#: Bytes allocated or released by managed models that start a collection.
+#: Bytes that dropped-but-undisposed models may hold that start a collection.
 DEFAULT_PRESSURE_THRESHOLD = 128 * 2**20
 
 #: Bytes released by managed models after which the cleaner returns the C
@@ -159,9 +159,11 @@ class LifecycleSession:
         cleanup: When deferred cleanup runs; see :class:`CleanupStrategy`.
         name: For messages, statistics and the cleaner thread; ``session-N`` if
             omitted.
-        pressure_threshold: Buffer bytes allocated or released by the session's
-            models after which the cleaner runs a garbage collection (the
-            collector does not see these bytes by itself). ``None`` disables.
+        pressure_threshold: Buffer bytes allocated since the last collection by
+            the session's models that are neither disposed nor the latest to
+            allocate (so might have been dropped) after which the cleaner
+            runs a garbage collection (the collector does not see these bytes
+            by itself). ``None`` disables.
         trim_threshold: Buffer bytes released by the session's models after
             which the cleaner hands the C heap's free memory back to the
             operating system (``malloc_trim(0)``: glibc keeps freed memory for

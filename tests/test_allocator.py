@@ -28,7 +28,7 @@ def test_tune_allocator_sets_glibc_and_cleaners_trim(restore_settings, monkeypat
     with lc.LifecycleSession(
         cleanup=lc.CleanupStrategy.ON_SAFE_POINTS, pressure_threshold=1, collector=lambda: None
     ) as session:
-        session.cleaner.note_released(10)
+        session.cleaner.note_allocated(10)  # a collection is due
         session.safe_point()
     assert trims, "the cleaner's collection did not trim"
 

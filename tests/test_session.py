@@ -188,12 +188,41 @@ def test_byte_pressure_collects_on_the_cleaner_thread_in_background():
         cleanup=S.IN_BACKGROUND, pressure_threshold=1, collector=counting_collector(calls)
     )
     with session:
-        trained().dispose()
+        kept = trained()  # in use: its bytes are no pressure yet
+        assert session.cleaner.wait_idle(30) and calls == []
+        newer = trained()  # kept might have been dropped now: a collection looks
         assert session.cleaner.wait_idle(30)
         assert calls and all(name.startswith("lifecycle-cleaner-") for name in calls)
         stats = session.statistics().cleaner
         assert stats.collections == len(calls) and stats.collection_seconds > 0
-        assert stats.bytes_allocated > 0 and stats.bytes_released > 0
+        assert stats.blocking_seconds >= stats.collection_seconds
+        assert stats.bytes_allocated > 0
+        kept.dispose(), newer.dispose()
+
+
+def test_disposing_every_model_runs_no_collection():
+    # The user's path: fit, then dispose. Disposed buffers are free already,
+    # so however low the threshold, the cleaner has nothing to collect.
+    calls = []
+    session = lc.LifecycleSession(
+        cleanup=S.IN_BACKGROUND, pressure_threshold=1, collector=counting_collector(calls)
+    )
+    with session:
+        for _ in range(3):
+            trained().dispose()
+        assert session.cleaner.wait_idle(30)
+        stats = session.statistics().cleaner
+        assert calls == [] and stats.pressure_bytes == 0
+        assert stats.bytes_released == stats.bytes_allocated > 0
+    assert calls == []  # nothing was dropped: closing collects nothing either
+
+
+def test_the_release_kernels_are_built_in_the_background_before_dispose():
+    with lc.LifecycleSession(cleanup=S.IN_BACKGROUND) as session:
+        model = trained()
+        assert session.cleaner.wait_idle(30)
+        assert _tf.release_kernel_keys(_tf.model_leaves(model)) == set()
+        model.dispose()
 
 
 def built(name=None):
@@ -209,19 +238,22 @@ def test_byte_pressure_waits_for_a_safe_point_or_close(strategy, session):
         cleanup=strategy, pressure_threshold=1, collector=counting_collector(calls)
     )
     with session:
-        model = built()  # allocates its weights: pressure past the threshold
-        model_bytes = model.owned_bytes
-        assert session.statistics().cleaner.pressure_bytes == model_bytes > 0
+        model = built()  # allocates its weights; in use, so no pressure yet
+        assert session.statistics().cleaner.pressure_bytes == 0
+        other = built()  # model may have been dropped now
+        assert session.statistics().cleaner.pressure_bytes == model.owned_bytes > 0
         assert calls == []
         session.safe_point()
         expected = [threading.current_thread().name] if strategy is S.ON_SAFE_POINTS else []
         assert calls == expected
         assert session.statistics().cleaner.pressure_bytes == (0 if expected else model.owned_bytes)
         model.dispose()
-    # Nothing was dropped without dispose(), so close runs no collection: the
-    # pressure not yet collected passes to the parent session.
+        other.dispose()
+        assert session.statistics().cleaner.pressure_bytes == 0
+    # Nothing was dropped without dispose(), so close runs no collection, and
+    # disposed models leave the parent nothing to collect.
     assert calls == expected
-    assert parent.statistics().cleaner.pressure_bytes >= parent_pressure + model_bytes
+    assert parent.statistics().cleaner.pressure_bytes == parent_pressure
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -657,7 +689,7 @@ def kernel_cache(monkeypatch):
     return policy, cleared
 
 
-def test_collections_clear_the_kernel_cache_after_releases_not_after_allocations(kernel_cache):
+def test_the_kernel_cache_is_cleared_after_releases_not_after_allocations(kernel_cache):
     from lifecycle import _session
 
     policy, cleared = kernel_cache
@@ -665,8 +697,8 @@ def test_collections_clear_the_kernel_cache_after_releases_not_after_allocations
         cleanup=lc.CleanupStrategy.ON_SAFE_POINTS, pressure_threshold=1
     ) as session:
         assert session.collector is _session.collect
-        # Building and fitting allocate: each safe point collects, none clears
-        # (the kernels in the cache are the live model's).
+        # A collection raised by allocations clears nothing (the kernels in
+        # the cache are the live model's).
         model = trained()  # 4 weights + 8 Adam slots + iterations, lr, loss tracker
         session.cleaner.note_allocated(10)
         session.safe_point()
@@ -674,10 +706,13 @@ def test_collections_clear_the_kernel_cache_after_releases_not_after_allocations
         assert collections >= 1
         assert cleared == []
         assert policy.statistics().skipped == collections
+        # A dispose needs no collection, but its stale kernels go at the next
+        # safe point (the cleaner's thread, in the background).
         report = model.dispose()
         assert policy.statistics().pending_buffers == report.variables_released >= 4
+        assert cleared == []
         session.safe_point()
-        assert session.statistics().cleaner.collections == collections + 1
+        assert session.statistics().cleaner.collections == collections
         assert cleared == [1]
         assert policy.statistics().pending_buffers == 0
         assert lc.statistics(count_graphs=False).kernel_cache_clears == 1
@@ -694,7 +729,10 @@ def test_a_dropped_models_clean_up_counts_its_buffers_for_the_kernel_cache(kerne
         collect_until(lambda: model_ref() is None)
         other.predict_on_batch(X)  # a safe point: the clean-up runs
         assert session.statistics().models_cleaned == 1
-        assert policy.statistics().pending_buffers == buffers >= 4
+        # Its buffers were counted, and past the threshold (4) the clean-up
+        # cleared the cache itself.
+        assert buffers >= 4 and policy.statistics().clears == 1
+        assert policy.statistics().pending_buffers == 0
 
 
 KERNEL_CACHE_CHILD = """

@@ -89,9 +89,13 @@ def test_collections_are_counted():
     with lc.LifecycleSession(
         cleanup=lc.CleanupStrategy.ON_SAFE_POINTS, pressure_threshold=1
     ) as session:
-        small().dispose()
+        first = small()
+        second = small()  # first may have been dropped: a collection is due
         session.safe_point()
-    assert lc.statistics().collections > before
+        first.dispose(), second.dispose()
+    stats = lc.statistics()
+    assert stats.collections > before
+    assert stats.blocking_seconds >= stats.max_collection_seconds > 0
 
 
 def test_model_and_registry_statistics():

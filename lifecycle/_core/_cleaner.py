@@ -21,6 +21,14 @@ allocator setting, so the cleaner runs one after each of its collections and
 after every ``trim_threshold`` bytes released, where its strategy runs other
 work.
 
+Byte pressure counts only bytes a collection may find: those allocated, since
+the last collection, by models that are neither disposed nor the one that
+allocated last (the model being built or fitted is in use; a disposed one's
+buffers are free already). A process that disposes every model it is done
+with therefore never pays a collection for them; one that drops models
+without ``dispose()`` collects once the models superseded by newer ones hold
+``pressure_threshold`` bytes.
+
 The work they defer warns the way Python's own finalizers do
 (:func:`warn_from_finalizer`): a warning that a filter turns into an error goes
 to ``sys.unraisablehook`` and the clean-up carries on.
@@ -37,7 +45,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import attrs
@@ -76,10 +84,15 @@ class CleanerStatistics:
         collections: Garbage collections the cleaner ran.
         collection_seconds: Time spent in those collections, in total.
         max_collection_seconds: The longest of them.
+        blocking_seconds: Time the cleaner's work held the interpreter lock,
+            so that no other thread could run Python: every collection whole
+            (CPython collects holding it), and the CPU time of the deferred
+            tasks (an upper bound: TensorFlow may release the lock inside
+            them). Trims hold no lock and are not counted.
         bytes_allocated: Buffer bytes that managed models reported allocating.
         bytes_released: Buffer bytes released by managed models.
-        pressure_bytes: Bytes allocated or released since the last collection:
-            what Python's collector cannot see.
+        pressure_bytes: Bytes a collection may find: allocated since the last
+            collection by models neither disposed nor the latest to allocate.
         pressure_threshold: Pressure that starts a collection (``None``: never).
         trims: Times the cleaner returned free C-heap memory to the system
             (``malloc_trim(0)``; a no-op off glibc).
@@ -97,6 +110,7 @@ class CleanerStatistics:
     collections: int
     collection_seconds: float
     max_collection_seconds: float
+    blocking_seconds: float
     bytes_allocated: int
     bytes_released: int
     pressure_bytes: int
@@ -186,8 +200,8 @@ class Cleaner:
     Args:
         strategy: When queued work runs.
         name: Used for the background thread's name and in log messages.
-        pressure_threshold: Bytes allocated or released (since the last
-            collection) that start a garbage collection; ``None`` disables.
+        pressure_threshold: Byte pressure (see the module's documentation)
+            that starts a garbage collection; ``None`` disables.
         collector: The collection to run; ``gc.collect`` unless a test injects
             its own (the seam that makes strategies testable deterministically).
         trim_threshold: Bytes released (since the last trim) after which the
@@ -223,8 +237,14 @@ class Cleaner:
     _collections: int = attrs.field(default=0, init=False)
     _collection_seconds: float = attrs.field(default=0.0, init=False)
     _max_collection_seconds: float = attrs.field(default=0.0, init=False)
+    _blocking_seconds: float = attrs.field(default=0.0, init=False)
     _bytes_allocated: int = attrs.field(default=0, init=False)
     _bytes_released: int = attrs.field(default=0, init=False)
+    # Bytes allocated since the last collection, per owner neither disposed
+    # nor collected (None: bytes of no owner, always pressure).
+    _pending: dict[Hashable | None, int] = attrs.field(factory=dict, init=False)
+    # The owner that allocated last: in use, so its bytes are not pressure.
+    _newest: Hashable | None = attrs.field(default=None, init=False)
     _pressure: int = attrs.field(default=0, init=False)
     _trims: int = attrs.field(default=0, init=False)
     _trim_seconds: float = attrs.field(default=0.0, init=False)
@@ -252,23 +272,44 @@ class Cleaner:
         else:
             successor.enqueue(task)
 
-    def note_allocated(self, nbytes: int) -> None:
-        """Count buffer bytes a managed model allocated (pressure)."""
-        self._add_pressure(nbytes, allocated=True)
+    def note_allocated(self, nbytes: int, owner: Hashable | None = None) -> None:
+        """Count buffer bytes that ``owner`` (a model's record) allocated.
 
-    def note_released(self, nbytes: int, *, pressure: bool = True) -> None:
-        """Count buffer bytes a managed model released.
-
-        They count towards the next trim, and (unless ``pressure`` is False:
-        the caller collected already) towards the next collection.
+        They become pressure once another owner allocates after it, unless
+        :meth:`note_disposed` says it was disposed first. Bytes of no owner
+        are pressure at once.
         """
+        if nbytes <= 0:
+            return
+        if self._successor is not None:
+            self._successor.note_allocated(nbytes, owner)
+            return
+        with self._lock:
+            self._bytes_allocated += nbytes
+            self._pending[owner] = self._pending.get(owner, 0) + nbytes
+            if owner is not None:
+                self._newest = owner
+            collect = self._update_pressure()
+        if collect:
+            self._request_collection()
+
+    def note_disposed(self, owner: Hashable) -> None:
+        """``owner`` released its buffers: what it allocated is no longer pressure."""
+        if self._successor is not None:
+            self._successor.note_disposed(owner)
+        with self._lock:
+            self._pending.pop(owner, None)
+            if self._newest == owner:
+                self._newest = None
+            self._update_pressure()
+
+    def note_released(self, nbytes: int) -> None:
+        """Count buffer bytes a managed model released, towards the next trim."""
         if nbytes <= 0:
             return
         with self._lock:
             self._bytes_released += nbytes
         self._add_released(nbytes)
-        if pressure:
-            self._add_pressure(nbytes, allocated=None)
 
     def _add_released(self, nbytes: int) -> None:
         with self._lock:
@@ -280,18 +321,17 @@ class Cleaner:
         if self.strategy is CleanupStrategy.IN_BACKGROUND:
             self._queue.put(_Token.TRIM)
 
-    def _add_pressure(self, nbytes: int, *, allocated: bool | None) -> None:
-        # allocated=None: bytes counted already (a release, or handed over).
-        if nbytes <= 0:
-            return
-        with self._lock:
-            if allocated:
-                self._bytes_allocated += nbytes
-            self._pressure += nbytes
-            threshold = self.pressure_threshold
-            if threshold is None or self._pressure < threshold or self._collect_requested:
-                return
-            self._collect_requested = True
+    def _update_pressure(self) -> bool:
+        """Recompute the pressure (lock held); True when a collection is newly due."""
+        in_use = self._pending.get(self._newest, 0) if self._newest is not None else 0
+        self._pressure = sum(self._pending.values()) - in_use
+        threshold = self.pressure_threshold
+        if threshold is None or self._pressure < threshold or self._collect_requested:
+            return False
+        self._collect_requested = True
+        return True
+
+    def _request_collection(self) -> None:
         if self.strategy is CleanupStrategy.IN_BACKGROUND:
             self._queue.put(_Token.COLLECT)
 
@@ -371,14 +411,24 @@ class Cleaner:
                 self._collect()
         elif successor is not None:
             with self._lock:
-                pressure, self._pressure, self._collect_requested = self._pressure, 0, False
+                pending, self._pending, self._collect_requested = self._pending, {}, False
+                self._newest, self._pressure = None, 0
                 # The successor trims where its strategy says, not the closing thread.
                 released, self._released, self._trim_requested = self._released, 0, False
-            successor._add_pressure(pressure, allocated=None)
+            successor._take_pending(pending)
             successor._add_released(released)
         self.run_pending()
         self._successor = successor
         self.run_pending()  # what arrived before the successor took over
+
+    def _take_pending(self, pending: dict[Hashable | None, int]) -> None:
+        """Adopt a closing cleaner's pending bytes (not counted as allocated twice)."""
+        with self._lock:
+            for owner, nbytes in pending.items():
+                self._pending[owner] = self._pending.get(owner, 0) + nbytes
+            collect = self._update_pressure()
+        if collect:
+            self._request_collection()
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Stop the background thread without running what is queued (at exit)."""
@@ -398,6 +448,7 @@ class Cleaner:
                 collections=self._collections,
                 collection_seconds=self._collection_seconds,
                 max_collection_seconds=self._max_collection_seconds,
+                blocking_seconds=self._blocking_seconds,
                 bytes_allocated=self._bytes_allocated,
                 bytes_released=self._bytes_released,
                 pressure_bytes=self._pressure,
@@ -428,27 +479,35 @@ class Cleaner:
         elif isinstance(item, _Idle):
             item.event.set()
         elif item is not _Token.STOP:
+            started = time.thread_time()
             try:
                 item()
             except Exception:
                 with self._lock:
                     self._task_errors += 1
                 logger.exception("cleanup task of cleaner %r failed", self.name)
+            # CPU time, not wall time: waiting for the lock blocks nobody.
+            busy = time.thread_time() - started
+            PROCESS.add("blocking_seconds", busy)
             with self._lock:
                 self._tasks_run += 1
+                self._blocking_seconds += busy
 
     def _collect(self) -> None:
         with self._lock:
             self._collect_requested = False
-            self._pressure = 0
+            self._pending, self._newest, self._pressure = {}, None, 0
         started = time.perf_counter()
         self.collector()
         elapsed = time.perf_counter() - started
         PROCESS.add("collections")
         PROCESS.add("collection_seconds", elapsed)
+        PROCESS.add("blocking_seconds", elapsed)
+        PROCESS.maximum("max_collection_seconds", elapsed)
         with self._lock:
             self._collections += 1
             self._collection_seconds += elapsed
+            self._blocking_seconds += elapsed
             self._max_collection_seconds = max(self._max_collection_seconds, elapsed)
         # What the collection freed (graphs, kernels) goes back with the buffers.
         if self.trim_threshold is not None or _malloc.trimming():

@@ -12,7 +12,7 @@ __all__ = ["LIVE_MODELS", "PROCESS", "Counters", "Gauge"]
 
 
 class Counters:
-    """Named, thread-safe numeric totals."""
+    """Named, thread-safe numeric totals (and high-water marks)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -22,6 +22,11 @@ class Counters:
         """Add ``delta`` to the total called ``name``."""
         with self._lock:
             self._values[name] = self._values.get(name, 0) + delta
+
+    def maximum(self, name: str, value: float) -> None:
+        """Raise the value called ``name`` to ``value`` if it is below (a high-water mark)."""
+        with self._lock:
+            self._values[name] = max(self._values.get(name, value), value)
 
     def get(self, name: str) -> float:
         """The total called ``name`` (0 if never added to)."""

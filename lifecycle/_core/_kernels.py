@@ -1,4 +1,4 @@
-"""When a collection clears TensorFlow's eager kernel cache.
+"""When TensorFlow's eager kernel cache is cleared.
 
 The cache keeps a kernel for every distinct op it ran, and the key of an op
 includes its attributes and the dtype and shape of its resource inputs. A
@@ -10,11 +10,11 @@ for each variable shape, built when the variables were created. Clearing it
 between a model's build and its dispose makes the dispose rebuild one kernel
 per distinct shape (about 1 ms each; ResNet50 has 30).
 
-So a collection clears the cache only once enough buffers were released since
-the last clear for their stale kernels to matter, not at every collection: a
-collection raised by a large model's allocation then keeps that model's
-kernels, and one that follows disposals still frees theirs. The policy is
-process-wide, like the cache.
+So the cache is cleared only once enough buffers were released since the last
+clear for their stale kernels to matter: by the cleaner after a ``dispose()``
+(which needs no collection), by a dropped model's clean-up, or by a collection.
+A collection raised by a large model's allocation keeps that model's kernels.
+The policy is process-wide, like the cache.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ class KernelCacheStatistics:
     """A snapshot of the kernel-cache policy.
 
     Attributes:
-        threshold: Buffers released since the last clear that make the next
-            collection clear the cache.
+        threshold: Buffers released since the last clear after which the
+            cache is cleared.
         pending_buffers: Buffers released since the last clear.
-        clears: Collections that cleared the cache.
+        clears: Times the cache was cleared.
         skipped: Collections that left it, too few buffers having been released.
     """
 
@@ -73,6 +73,11 @@ class KernelCachePolicy:
         """Count buffers a release (a dispose, a dropped model's clean-up) just let go."""
         with self._lock:
             self._pending += buffers
+
+    def due(self) -> bool:
+        """Whether enough buffers were released for a clear (counts nothing)."""
+        with self._lock:
+            return self._pending >= self._threshold
 
     def take(self) -> bool:
         """Whether this collection should clear the cache; counts the answer.

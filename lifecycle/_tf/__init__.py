@@ -21,7 +21,13 @@ try:
         live_func_graphs,
         purge_gradient_registry,
     )
-    from ._release import is_released, release, release_by_device
+    from ._release import (
+        is_released,
+        release,
+        release_by_device,
+        release_kernel_keys,
+        warm_release,
+    )
     from ._resources import (
         external_captures,
         keras_variables,
@@ -80,8 +86,10 @@ __all__ = [
     "purge_gradient_registry",
     "release",
     "release_by_device",
+    "release_kernel_keys",
     "saved_model_to_keras",
     "saved_signatures",
     "strategies",
     "variable_leaves",
+    "warm_release",
 ]

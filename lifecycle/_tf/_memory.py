@@ -7,6 +7,8 @@ import os
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from . import _release
+
 __all__ = ["clear_kernel_cache", "device_memory", "rss_bytes"]
 
 
@@ -19,6 +21,7 @@ def clear_kernel_cache() -> None:
     next run of each op or function re-creates its kernel (milliseconds).
     """
     context.context().clear_kernel_cache()
+    _release.forget_release_kernels()
 
 
 def rss_bytes() -> int | None:

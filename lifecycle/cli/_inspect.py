@@ -126,6 +126,8 @@ def statistics_rows(lc: types.ModuleType) -> list[tuple[str, str]]:
         ("gradient-registry entries", f"{stats.gradient_registry_entries}"),
         ("live traced graphs", f"{stats.live_traced_graphs}"),
         ("collections (time)", f"{stats.collections} ({stats.collection_seconds * 1000:.0f} ms)"),
+        ("longest collection", f"{stats.max_collection_seconds * 1000:.0f} ms"),
+        ("other threads blocked", f"{stats.blocking_seconds * 1000:.0f} ms"),
         ("heap trims (time)", f"{stats.trims} ({stats.trim_seconds * 1000:.0f} ms)"),
         ("kernel-cache clears", f"{stats.kernel_cache_clears}"),
         ("cleaner queue", f"{stats.cleaner_queue}"),

@@ -101,6 +101,16 @@ class LifecycleCollector:
             "Time spent in collections run by cleaners.",
             stats.collection_seconds,
         )
+        yield gauge(
+            "lifecycle_collection_seconds_max",
+            "The longest collection run by a cleaner.",
+            stats.max_collection_seconds,
+        )
+        yield counter(
+            "lifecycle_blocking_seconds",
+            "Time the library's work held the interpreter lock off the caller's thread.",
+            stats.blocking_seconds,
+        )
         yield counter(
             "lifecycle_trims",
             "Times cleaners returned free C-heap memory to the system.",
@@ -109,7 +119,7 @@ class LifecycleCollector:
         yield counter("lifecycle_trim_seconds", "Time spent in those trims.", stats.trim_seconds)
         yield counter(
             "lifecycle_kernel_cache_clears",
-            "Collections that also cleared TensorFlow's eager kernel cache.",
+            "Times TensorFlow's eager kernel cache was cleared.",
             stats.kernel_cache_clears,
         )
         yield gauge("lifecycle_cleaner_queue", "Cleanup tasks waiting.", stats.cleaner_queue)

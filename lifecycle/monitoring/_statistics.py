@@ -30,8 +30,9 @@ class Statistics:
     """A snapshot of the whole process (see :func:`statistics`).
 
     Counters (``models_*``, ``bytes_released``, ``collections``,
-    ``collection_seconds``, ``trims``, ``trim_seconds``,
-    ``kernel_cache_clears``) only grow; the others are levels.
+    ``collection_seconds``, ``blocking_seconds``, ``trims``, ``trim_seconds``,
+    ``kernel_cache_clears``) and ``max_collection_seconds`` only grow; the
+    others are levels.
 
     Attributes:
         live_models: Managed models neither disposed nor cleaned up.
@@ -46,12 +47,18 @@ class Statistics:
             not counted (it walks the heap).
         collections: Garbage collections run by cleaners.
         collection_seconds: Time spent in them.
+        max_collection_seconds: The longest of them: the longest pause a
+            cleaner's collection imposed on every other thread.
+        blocking_seconds: Time the library's own work held the interpreter
+            lock off the caller's thread, so that no other thread could run
+            Python: cleaners' collections whole, and the CPU time of their
+            deferred tasks (an upper bound).
         trims: Times cleaners handed the C heap's free memory back to the
             system (``malloc_trim(0)``).
         trim_seconds: Time spent in those trims.
-        kernel_cache_clears: Collections that also cleared TensorFlow's eager
-            kernel cache (process-wide; once managed models released 32
-            buffers since the last clear).
+        kernel_cache_clears: Times TensorFlow's eager kernel cache was cleared
+            (process-wide; once managed models released 32 buffers since the
+            last clear).
         cleaner_queue: Cleanup tasks waiting, in every cleaner.
         rss_bytes: Resident set size of the process (``None`` where unknown).
         device_memory: Per-GPU allocation, where TensorFlow reports it.
@@ -67,6 +74,8 @@ class Statistics:
     live_traced_graphs: int | None
     collections: int
     collection_seconds: float
+    max_collection_seconds: float
+    blocking_seconds: float
     trims: int
     trim_seconds: float
     kernel_cache_clears: int
@@ -108,6 +117,8 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
         live_traced_graphs=_tf.live_func_graphs() if count_graphs else None,
         collections=int(totals.get("collections", 0)),
         collection_seconds=float(totals.get("collection_seconds", 0.0)),
+        max_collection_seconds=float(totals.get("max_collection_seconds", 0.0)),
+        blocking_seconds=float(totals.get("blocking_seconds", 0.0)),
         trims=int(totals.get("trims", 0)),
         trim_seconds=float(totals.get("trim_seconds", 0.0)),
         kernel_cache_clears=KERNEL_CACHE.statistics().clears,

@@ -71,18 +71,60 @@ def test_work_after_close_goes_to_the_successor():
     assert ran == [1]
 
 
-def test_pressure_counts_bytes_both_ways_and_resets_on_collection():
+def test_pressure_counts_what_superseded_undisposed_owners_allocated():
     cleaner, calls = make(CleanupStrategy.ON_SAFE_POINTS, threshold=100)
-    cleaner.note_allocated(60)
-    cleaner.note_released(30)
-    cleaner.note_released(-5)  # ignored
+    first, second = object(), object()
+    cleaner.note_allocated(60, first)
+    cleaner.note_allocated(50, first)  # still the owner in use: no pressure
+    cleaner.note_released(500)  # released bytes are free: never pressure
     cleaner.safe_point()
-    assert calls == [] and cleaner.statistics().pressure_bytes == 90
-    cleaner.note_released(10)
+    assert calls == [] and cleaner.statistics().pressure_bytes == 0
+    cleaner.note_allocated(10, second)  # first may have been dropped now
+    assert cleaner.statistics().pressure_bytes == 110
     cleaner.safe_point()
     stats = cleaner.statistics()
     assert len(calls) == 1 and stats.pressure_bytes == 0
-    assert (stats.bytes_allocated, stats.bytes_released, stats.collections) == (60, 40, 1)
+    assert (stats.bytes_allocated, stats.bytes_released, stats.collections) == (120, 500, 1)
+    cleaner.note_allocated(200, first)  # after the collection, counted afresh
+    assert cleaner.statistics().pressure_bytes == 0  # first is the owner in use again
+
+
+def test_a_disposed_owner_leaves_nothing_to_collect():
+    cleaner, calls = make(CleanupStrategy.ON_SAFE_POINTS, threshold=100)
+    first, second = object(), object()
+    cleaner.note_allocated(150, first)
+    cleaner.note_disposed(first)
+    cleaner.note_allocated(150, second)
+    cleaner.note_disposed(second)
+    cleaner.note_allocated(1, object())
+    cleaner.safe_point()
+    assert calls == [] and cleaner.statistics().pressure_bytes == 0
+    cleaner.note_allocated(100)  # bytes of no owner: pressure at once
+    cleaner.safe_point()
+    assert len(calls) == 1
+
+
+def test_background_collects_when_a_superseded_owner_passes_the_threshold():
+    cleaner, calls = make(CleanupStrategy.IN_BACKGROUND, threshold=100)
+    first, second = object(), object()
+    cleaner.note_allocated(100, first)
+    assert cleaner.wait_idle(10) and calls == []
+    cleaner.note_allocated(1, second)
+    assert cleaner.wait_idle(10) and calls == ["lifecycle-cleaner-t"]
+    stats = cleaner.statistics()
+    assert stats.blocking_seconds >= stats.collection_seconds > 0
+    cleaner.close(collect=False)
+
+
+def test_pending_bytes_pass_to_the_successor_at_close():
+    successor, calls = make(CleanupStrategy.ON_SAFE_POINTS, threshold=100)
+    cleaner, own = make(CleanupStrategy.ON_SESSION_CLOSE, threshold=100)
+    first, second = object(), object()
+    cleaner.note_allocated(100, first)
+    cleaner.close(successor, collect=False)
+    cleaner.note_allocated(1, second)  # goes to the successor, as work does
+    successor.safe_point()
+    assert own == [] and len(calls) == 1
 
 
 def trimming(strategy, trim_threshold, pressure_threshold=None):
@@ -114,11 +156,11 @@ def test_background_trims_on_its_thread_once_enough_bytes_were_released():
 
 def test_no_trim_when_turned_off_and_a_collection_trims_when_on():
     off, off_calls = trimming(CleanupStrategy.ON_SAFE_POINTS, None, pressure_threshold=10)
-    off.note_released(2**40)
+    off.note_allocated(2**40)
     off.safe_point()
     assert off_calls == ["collect"] and off.statistics().trims == 0
     on, on_calls = trimming(CleanupStrategy.ON_SAFE_POINTS, 2**40, pressure_threshold=10)
-    on.note_released(20)  # a collection, not yet a trim's worth of bytes
+    on.note_allocated(20)  # a collection, no trim's worth of bytes released
     on.safe_point()
     assert on_calls == ["collect", "MainThread"] and on.statistics().trims == 1
 
@@ -128,7 +170,7 @@ def test_no_trim_when_turned_off_and_a_collection_trims_when_on():
 )
 def test_a_trim_waits_for_the_strategy(strategy):
     cleaner, trims = trimming(strategy, trim_threshold=10)
-    cleaner.note_released(10, pressure=False)
+    cleaner.note_released(10)
     assert trims == [] and cleaner.wait_idle(0) is False
     cleaner.safe_point()
     assert trims == (["MainThread"] if strategy is CleanupStrategy.ON_SAFE_POINTS else [])
