@@ -189,6 +189,37 @@ def positive_ints(text: str) -> list[int]:
     return [positive_int(part) for part in text.split(",")]
 
 
+#: The smallest image side keras.applications.ResNet50 accepts.
+MIN_IMAGE_SIDE = 32
+
+
+def image_side(text: str) -> int:
+    """An ``argparse`` type: an image side ResNet50 accepts (an integer of at least 32).
+
+    Raises:
+        argparse.ArgumentTypeError: If ``text`` is not such an integer.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < MIN_IMAGE_SIDE:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer of at least {MIN_IMAGE_SIDE} (ResNet50's minimum); got {text!r}"
+        )
+    return value
+
+
+def add_input_size_argument(parser: argparse.ArgumentParser, models: str = "ResNet50") -> None:
+    """``--input-size``: the image side of the script's ``keras.applications`` models (64)."""
+    parser.add_argument(
+        "--input-size",
+        type=image_side,
+        default=64,
+        help=f"image side of {models} (at least {MIN_IMAGE_SIDE})",
+    )
+
+
 def argument_parser(doc: str | None) -> argparse.ArgumentParser:
     """A parser described by the first paragraph of a script's docstring.
 

@@ -228,7 +228,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}"
     )
-    parser.add_argument("--input-size", type=int, default=64, help="ResNet50's image side")
+    _harness.add_input_size_argument(parser)
     parser.add_argument("--batch", type=_harness.positive_int, default=16, help="ResNet50 batch")
     parser.add_argument(
         "--steps", type=_harness.positive_int, default=15, help="timed training steps per model"
@@ -241,8 +241,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
-    if args.input_size < 32:
-        parser.error(f"--input-size must be at least 32 (ResNet50's minimum): {args.input_size}")
     args.models = _harness.parse_variants(parser, args.models, MODELS, "--models")
     args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)
     return args

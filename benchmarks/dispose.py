@@ -1,10 +1,11 @@
 """Dispose benchmark: how long ``model.dispose()`` takes for real architectures.
 
-Each child process builds one model with Adam, fits it one step on random data
-(batch 8, so the optimizer's slots exist and the training step is traced),
-settles (waits for the session's cleaner, then ``gc.collect()``, so that a
-collection owed by the build is not charged to what follows), and measures
-one way of getting rid of it:
+The headline is the user's path: a child process builds a model with Adam, fits
+it one step on random data (batch 8, so the optimizer's slots exist and the
+training step is traced) and calls ``dispose()`` right away, in the default
+session — ``--models`` times in a row (3 by default), with no warm-up, no
+waiting for the session's cleaner and no ``gc.collect()``: what a user's
+``fit(); dispose()`` costs, the process's first dispose included. Variants:
 
     mlp                 the 3-layer MLP of ``benchmarks/loop_training.py`` whose
                         weights + Adam slots hold ``--mlp-mb`` MiB (100 by
@@ -16,28 +17,31 @@ one way of getting rid of it:
     plain-<model>       the same model unmanaged, dropped the usual way:
                         ``del model; keras.backend.clear_session(); gc.collect()``
 
-For a managed model the child records the wall time of the ``dispose()`` call,
-its ``DisposeReport.release_seconds``, the time Python's automatic collections
-took inside the call (none, after settling, unless the call allocates enough to
-start one), and the time the session's cleaner then needs to become idle: the
-traced step functions that ``dispose()`` took off the model are destroyed on
-the cleaner's thread, and the cleaner collects there once 128 MiB were released
-(ResNet50 with Adam releases more than that, the MLP less).
+For a managed model the child records, per dispose, the wall time of the
+``dispose()`` call, its ``DisposeReport.release_seconds``, and the time
+collections (Python's automatic ones, or the cleaner's) ran during the call.
 
-Every child first disposes a tiny managed model (or drops a tiny plain one),
-so TensorFlow's kernels for the release exist: the table shows a process that
-has disposed before. Variants run in ``--rounds`` rounds (5 by default), one
-fresh child per variant per round, the order rotating between rounds (mlp
-resnet50 ..., then resnet50 ... mlp, ...), so that the machine's drift hits
-every variant alike. The table shows medians over the rounds with their spread
-(min-max); a model's ratio to the MLP (vs mlp) is taken within each round, where
-drift cancels, and reported as the median of the per-round ratios (min-max).
-The parent exits non-zero if a child fails, and names the failed children.
+Then, second and named as such, the *settled* figure of earlier versions of
+this table: one more model is built and fitted, the child waits for the
+session's cleaner and runs ``gc.collect()``, and only then times ``dispose()``
+and the time the cleaner needs to become idle afterwards (it destroys the
+traced step functions ``dispose()`` took off the model, and clears the kernel
+cache when due). A user's code does not settle: that column shows what the
+release itself costs on a quiet process.
+
+Variants run in ``--rounds`` rounds (5 by default), one fresh child per variant
+per round, the order rotating between rounds (mlp resnet50 ..., then resnet50
+... mlp, ...), so that the machine's drift hits every variant alike. Cells are
+medians over every dispose of every round (min-max over the rounds' medians);
+a model's ratio to the MLP (vs mlp) is taken within each round, where drift
+cancels. The parent exits non-zero if a child fails, and names the failed
+children.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/dispose.py                       # 5 rounds, about 18 min
-    python benchmarks/dispose.py --rounds 1 --variants mlp,resnet50 --input-size 32
+    python benchmarks/dispose.py                       # 5 rounds, about 25 min
+    python benchmarks/dispose.py --rounds 3 --variants mlp,resnet50,plain-resnet50
+    python benchmarks/dispose.py --rounds 1 --models 2 --variants mlp,resnet50 --input-size 32
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ import argparse
 import gc
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loop_training import INPUT_DIM, mlp_params, units_for_mib
@@ -94,18 +99,19 @@ def build(name: str, *, managed: bool, input_size: int, mlp_mb: float) -> tuple[
 
 
 class AutoCollections:
-    """Sums the time Python's collector ran, through ``gc.callbacks``."""
+    """Sums the time collections ran on any thread, through ``gc.callbacks``."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self._started = 0.0
+        self._started: dict[int, float] = {}
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
+        thread = threading.get_ident()
         if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._started
+            self._started[thread] = time.perf_counter()
+        elif thread in self._started:
+            self.seconds += time.perf_counter() - self._started.pop(thread)
 
 
 def settle() -> None:
@@ -116,51 +122,78 @@ def settle() -> None:
     gc.collect()
 
 
-def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+def drop(model: Any, managed: bool) -> tuple[float, Any]:
+    """Get rid of ``model`` the variant's way; its wall time and the dispose report."""
     import keras
 
+    started = time.perf_counter()
+    if managed:
+        report = model.dispose()
+        return time.perf_counter() - started, report
+    del model
+    keras.backend.clear_session()
+    gc.collect()
+    return time.perf_counter() - started, None
+
+
+def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     import lifecycle as lc
 
     managed = not variant.startswith("plain-")
     name = variant.removeprefix("plain-")
-    # Warm-up: the kernels of a release (or of a plain drop) exist afterwards.
-    tiny, x, y = build("mlp", managed=managed, input_size=args.input_size, mlp_mb=0.1)
-    tiny.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-    if managed:
-        tiny.dispose()
-    del tiny
-    keras.backend.clear_session()
-    settle()
-
-    model, x, y = build(name, managed=managed, input_size=args.input_size, mlp_mb=args.mlp_mb)
+    collections = AutoCollections()
+    result: dict[str, Any] = {"variant": variant}
+    walls, releases, during = [], [], []
+    # The user's path: fit, then dispose at once; nothing before, nothing between.
+    for _ in range(args.models):
+        model, x, y = build(name, managed=managed, input_size=args.input_size, mlp_mb=args.mlp_mb)
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+        result["params"] = int(model.count_params())
+        before = collections.seconds
+        wall, report = drop(model, managed)
+        del model
+        walls.append(1000 * wall)
+        during.append(1000 * (collections.seconds - before))
+        if report is not None:
+            releases.append(1000 * report.release_seconds)
+            result.update(
+                variables=report.variables_released, released_mib=report.bytes_released / MIB
+            )
+    key = "dispose" if managed else "plain"
+    result.update(
+        {f"{key}_ms": walls, f"first_{key}_ms": walls[0], "release_ms": releases, "gc_ms": during}
+    )
+    if not managed:
+        return result
+    # Settled, second: what the release costs on a quiet process.
+    model, x, y = build(name, managed=True, input_size=args.input_size, mlp_mb=args.mlp_mb)
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
     settle()
-    collections = AutoCollections()
-    result: dict[str, Any] = {"variant": variant, "params": int(model.count_params())}
-    if not managed:
-        started = time.perf_counter()
-        del model
-        keras.backend.clear_session()
-        gc.collect()
-        result["plain_ms"] = 1000 * (time.perf_counter() - started)
-        return result
-    started = time.perf_counter()
-    report = model.dispose()
+    wall, _ = drop(model, managed=True)
     returned = time.perf_counter()
-    auto_gc = collections.seconds
     lc.current_session().cleaner.wait_idle(IDLE_TIMEOUT)
     result.update(
-        dispose_ms=1000 * (returned - started),
-        release_ms=1000 * report.release_seconds,
-        auto_gc_ms=1000 * auto_gc,
+        settled_ms=1000 * wall,
         cleaner_ms=1000 * (time.perf_counter() - returned),
-        variables=report.variables_released,
-        released_mib=report.bytes_released / MIB,
+        collections=lc.statistics(count_graphs=False).collections,
     )
     return result
 
 
 # -------------------------------------------------------------------------- parent
+
+
+def median_of(key: str) -> Callable[[Mapping[str, Any]], float | None]:
+    """A metric: the median of a child's list ``key`` (None if it has none)."""
+
+    def read(result: Mapping[str, Any]) -> float | None:
+        values = result.get(key)
+        return statistics.median(values) if values else None
+
+    return read
+
+
+DISPOSE_MS = median_of("dispose_ms")
 
 
 def table_rows(rounds: _harness.Rounds, variants: Sequence[str]) -> list[list[str]]:
@@ -173,13 +206,14 @@ def table_rows(rounds: _harness.Rounds, variants: Sequence[str]) -> list[list[st
                 name,
                 _harness.fmt(median(rounds.values(name, "variables")), ".0f"),
                 _harness.fmt(median(rounds.values(name, "released_mib")), ".0f"),
-                rounds.cell(name, "dispose_ms", ".1f"),
-                rounds.ratio_cell("dispose_ms", name, "mlp"),
-                rounds.cell(name, "release_ms", ".1f"),
-                rounds.ratio_cell("release_ms", name, "mlp"),
-                rounds.cell(name, "auto_gc_ms", ".1f"),
+                rounds.cell(name, DISPOSE_MS, ".1f"),
+                rounds.ratio_cell(DISPOSE_MS, name, "mlp"),
+                rounds.cell(name, "first_dispose_ms", ".1f"),
+                rounds.cell(name, median_of("release_ms"), ".1f"),
+                rounds.cell(name, median_of("gc_ms"), ".1f"),
+                rounds.cell(name, "settled_ms", ".1f"),
                 rounds.cell(name, "cleaner_ms", ".1f"),
-                rounds.cell(f"plain-{name}", "plain_ms", ".1f"),
+                rounds.cell(f"plain-{name}", median_of("plain_ms"), ".1f"),
             ]
         )
     return rows
@@ -196,12 +230,15 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         f"models:   MLP {INPUT_DIM}-{units}-{units}-10 ({mlp_params(units):,} params, "
         f"{args.mlp_mb:g} MiB with Adam slots); ResNet50 and MobileNetV2 at "
         f"{args.input_size}x{args.input_size}x3, 10 classes; Adam, one fit step of batch {BATCH}",
+        f"path:     per child, {args.models} x (build, fit, dispose at once) in the default "
+        "session, then one settled dispose",
         _harness.rounds_line(args.rounds),
     ]
 
 
 def run_parent(args: argparse.Namespace) -> int:
     options = ["--input-size", str(args.input_size), "--mlp-mb", str(args.mlp_mb)]
+    options += ["--models", str(args.models)]
     rounds = _harness.run_rounds(__file__, args.variants, args.rounds, options, args.timeout)
     header = [
         "model",
@@ -209,23 +246,26 @@ def run_parent(args: argparse.Namespace) -> int:
         "MiB",
         "dispose() ms",
         "vs mlp",
+        "first ms",
         "release ms",
-        "vs mlp",
-        "auto gc ms",
+        "gc ms",
+        "settled ms",
         "cleaner ms",
         "plain drop ms",
     ]
     legend = [
-        "dispose() ms: wall time of the model.dispose() call (what the caller waits for)",
+        "dispose() ms: wall time of model.dispose() right after fit(), the user's path (median",
+        "              of a child's disposes; cells: median over the rounds (min-max))",
+        "vs mlp:       over the MLP's in the same round, median of the per-round ratios",
+        "first ms:     the process's first dispose()",
         "release ms:   DisposeReport.release_seconds (release, purge, drop references)",
-        "vs mlp:       this model's time over the MLP's in the same round, median of the",
-        "              per-round ratios (min-max); other cells: median over the rounds (min-max)",
-        "auto gc ms:   time of Python's automatic collections inside the call",
-        "cleaner ms:   time until the session's cleaner is idle after the call: destroying the",
-        "              traced step functions, and the collection (plus kernel-cache clear when",
-        "              due) it runs once 128 MiB were allocated or released since its last one",
+        "gc ms:        collections (Python's automatic ones or the cleaner's) during the call",
+        "settled ms:   SETTLED, not the user's path: dispose() after waiting for the cleaner",
+        "              and gc.collect(), as earlier versions of this table reported",
+        "cleaner ms:   after the settled dispose, until the cleaner is idle: destroying the",
+        "              traced step functions, clearing the kernel cache when due",
         "plain drop ms: del model; keras.backend.clear_session(); gc.collect() of the same",
-        "              model unmanaged (frees none of its buffers: the leak stays pinned)",
+        "              model unmanaged, right after fit() (frees none of its buffers)",
     ]
     _harness.print_report(describe_run(args), header, table_rows(rounds, args.variants), legend)
     return _harness.report_round_failures(rounds)
@@ -236,19 +276,21 @@ def run_parent(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _harness.argument_parser(__doc__)
-    parser.add_argument(
-        "--input-size", type=int, default=64, help="image side of ResNet50 and MobileNetV2"
-    )
+    _harness.add_input_size_argument(parser, "ResNet50 and MobileNetV2")
     parser.add_argument(
         "--mlp-mb", type=float, default=100.0, help="MiB of the MLP's weights + Adam slots"
+    )
+    parser.add_argument(
+        "--models",
+        type=_harness.positive_int,
+        default=3,
+        help="models built, fitted and disposed in a row per child (the user's path)",
     )
     _harness.add_variants_argument(parser, VARIANTS)
     _harness.add_child_arguments(parser, VARIANTS, timeout=600.0, rounds=5)
     args = parser.parse_args(argv)
     if args.mlp_mb <= 0 or args.timeout <= 0:
         parser.error("--mlp-mb and --timeout must be positive")
-    if args.input_size < 32:
-        parser.error(f"--input-size must be at least 32 (ResNet50's minimum): {args.input_size}")
     args.variants = _harness.parse_variants(parser, args.variants, VARIANTS)
     return args
 

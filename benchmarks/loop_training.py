@@ -46,6 +46,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import _harness
@@ -141,6 +142,7 @@ def measure_loop(
     measured = slice(warmup, None)
     result: dict[str, Any] = {
         "variant": variant,
+        "warmup": warmup,
         "rss_start_mib": rss_start,
         "rss_mib": rss_mib,
         "growth_mib_per_cycle": slope(rss_mib[measured]),
@@ -217,12 +219,20 @@ def describe_run(args: argparse.Namespace) -> list[str]:
     ]
 
 
+def total_growth(result: Mapping[str, Any]) -> float | None:
+    """RSS growth over the measured cycles, MiB: the last sample over the last warm-up one."""
+    rss, warmup = result.get("rss_mib"), result.get("warmup")
+    if not rss or warmup is None:
+        return None
+    return rss[-1] - (rss[warmup - 1] if warmup else result["rss_start_mib"])
+
+
 def table_rows(rounds: _harness.Rounds, dispose_mb: float) -> list[list[str]]:
     rows = []
     for variant in rounds.variants:
         label = LABELS.get(variant, f"(c) dispose() of a {dispose_mb:g} MiB model")
         if not rounds.succeeded(variant):
-            rows.append([label, "FAILED", *["-"] * 7])
+            rows.append([label, "FAILED", *["-"] * 8])
             continue
         rows.append(
             [
@@ -235,6 +245,7 @@ def table_rows(rounds: _harness.Rounds, dispose_mb: float) -> list[list[str]]:
                 rounds.cell(variant, "release_ms", ".1f"),
                 rounds.cell(variant, "released_mib", ".1f"),
                 rounds.cell(variant, lambda r: r["rss_mib"][-1] if "rss_mib" in r else None, ".0f"),
+                rounds.cell(variant, total_growth, "+.1f"),
             ]
         )
     return rows
@@ -255,12 +266,15 @@ def run_parent(args: argparse.Namespace) -> int:
         "dispose ms",
         "released MiB",
         "final RSS MiB",
+        "growth MiB",
     ]
     legend = [
         "each cell: median over the rounds (min-max); vs (b), vs (a): s/cycle over that",
         "           variant's s/cycle in the same round, median of the per-round ratios",
         "drop ms:    mean time from the end of fit() to the model being dropped",
         "dispose ms: median DisposeReport.release_seconds (release, purge, drop references)",
+        "growth MiB: RSS after the last cycle over RSS after the last warm-up cycle (a soak's",
+        "            total: `--variants c --cycles 1000`)",
     ]
     _harness.print_report(describe_run(args), header, table_rows(rounds, args.dispose_mb), legend)
     return _harness.report_round_failures(rounds)

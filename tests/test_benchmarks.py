@@ -27,13 +27,17 @@ BENCHMARKS = ROOT / "benchmarks"
 SCRIPTS = sorted(path.name for path in BENCHMARKS.glob("*.py") if not path.name.startswith("_"))
 
 
-def run_benchmark(script: str, *args: str) -> list[str]:
-    """Run ``benchmarks/<script>`` with ``args``; assert it succeeds; its stdout lines."""
+def run_benchmark(script: str, *args: str, timeout: float = 240, wait: float = 600) -> list[str]:
+    """Run ``benchmarks/<script>`` with ``args``; assert it succeeds; its stdout lines.
+
+    ``timeout`` is the script's ``--timeout`` (each child's), ``wait`` how long the
+    whole run may take.
+    """
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args, "--timeout", "240"],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args, "--timeout", f"{timeout:g}"],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=wait,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.splitlines()
@@ -185,19 +189,24 @@ def load_script(monkeypatch):
             del sys.modules[name]
 
 
-def fake_children(monkeypatch, module, results: dict[str, dict] | None) -> list[str]:
+def fake_children(monkeypatch, module, results: dict[str, dict | list[dict]] | None) -> list[str]:
     """Make ``module``'s parent run its rounds with stand-in children.
 
-    Variant v's child reports ``results[v]`` (every round alike); with ``results``
-    None, every child fails. Returns the variants of the children started, in order.
+    Variant v's child reports ``results[v]`` if that is a dict (every round alike),
+    its n-th child ``results[v][n]`` if a list; with ``results`` None, every child
+    fails. Returns the variants of the children started, in order.
     """
     started: list[str] = []
 
     def spawn(script, variant, options, timeout):
+        number = started.count(variant)
         started.append(variant)
         if results is None:
             return module._harness.ChildOutcome(variant, None, "exit code 1\nboom", 0.0)
-        return module._harness.ChildOutcome(variant, results[variant], None, 0.0)
+        result = results[variant]
+        if isinstance(result, list):
+            result = result[number]
+        return module._harness.ChildOutcome(variant, result, None, 0.0)
 
     real = module._harness.run_rounds
     monkeypatch.setattr(module._harness, "run_rounds", functools.partial(real, spawn=spawn))
@@ -211,7 +220,9 @@ ROUND_SCRIPTS = {
     "cleaner.py": ["--variants", "naive,bg"],
     "dispose.py": ["--variants", "mlp,plain-mlp"],
     "hot_swap.py": ["--variants", "direct,swaps"],
+    "kfold.py": ["--variants", "plain,library"],
     "loop_training.py": ["--variants", "a,c"],
+    "stalls.py": ["--variants", "plain,library"],
     "sweep.py": ["--variants", "plain,managed"],
     "sweeps.py": ["--variants", "plain,managed"],
 }
@@ -243,7 +254,7 @@ def test_the_loop_benchmark_table_shows_each_variant_against_the_first(
         monkeypatch,
         module,
         {
-            "a": {**loop, "rss_mib": [300.0, 700.0]},
+            "a": {**loop, "rss_mib": [300.0, 700.0], "warmup": 1},
             "c": {**loop, "seconds_per_cycle": 0.6, "release_ms": 30.0, "released_mib": 31.5},
             "dispose": {"release_ms": 12.0, "released_mib": 8.0},
         },
@@ -254,9 +265,10 @@ def test_the_loop_benchmark_table_shows_each_variant_against_the_first(
     assert rows["(a) del model"] == [
         *("(a) del model", "+14.00 (+14.00-+14.00)", "0.500 (0.500-0.500)", "-"),
         *("1.00x (1.00-1.00)", "2.0 (2.0-2.0)", "-", "-", "700 (700-700)"),
+        "+400.0 (+400.0-+400.0)",
     ]
     managed = rows["(c) ManagedModel + dispose()"]
-    assert managed[4] == "1.20x (1.20-1.20)" and managed[-2] == "31.5 (31.5-31.5)", managed
+    assert managed[4] == "1.20x (1.20-1.20)" and managed[-3] == "31.5 (31.5-31.5)", managed
     dispose = rows["(c) dispose() of a 8 MiB model"]
     assert dispose[1:5] == ["-"] * 4 and dispose[6:8] == ["12.0 (12.0-12.0)", "8.0 (8.0-8.0)"]
 
@@ -266,30 +278,36 @@ def test_the_dispose_benchmark_table_shows_each_model_against_the_mlp(
 ):
     module = load_script("dispose.py")
     args = module.parse_args(["--variants", "mlp,mobilenetv2,plain-mlp", "--rounds", "2"])
-    times = {"release_ms": 10.0, "auto_gc_ms": 0.0, "cleaner_ms": 5.0}
+    times = {"release_ms": [10.0, 9.0], "gc_ms": [0.0, 0.0], "settled_ms": 8.0, "cleaner_ms": 5.0}
     fake_children(
         monkeypatch,
         module,
         {
-            "mlp": {**times, "variables": 19, "released_mib": 100.0, "dispose_ms": 12.0},
+            "mlp": {
+                **times,
+                **{"variables": 19, "released_mib": 100.0, "dispose_ms": [14.0, 10.0, 12.0]},
+                "first_dispose_ms": 14.0,
+            },
             "mobilenetv2": {
                 **times,
-                **{"variables": 591, "released_mib": 27.4, "dispose_ms": 36.0, "release_ms": 25.0},
+                **{"variables": 591, "released_mib": 27.4, "dispose_ms": [40.0, 36.0, 30.0]},
+                "first_dispose_ms": 40.0,
             },
-            "plain-mlp": {"plain_ms": 80.0},
+            "plain-mlp": {"plain_ms": [80.0, 70.0, 90.0]},
         },
     )
 
     assert module.run_parent(args) == 0
     rows = table(capsys.readouterr().out.splitlines(), "model", "buffers")
     assert set(rows) == {"mlp", "mobilenetv2"}
-    assert rows["mlp"][1:3] == ["19", "100"] and rows["mlp"][-1] == "80.0 (80.0-80.0)"
-    assert rows["mlp"][4] == rows["mlp"][6] == "1.00x (1.00-1.00)"
-    assert rows["mobilenetv2"][1:3] == ["591", "27"], rows["mobilenetv2"]
-    assert rows["mobilenetv2"][4] == "3.00x (3.00-3.00)" and rows["mobilenetv2"][6] == (
-        "2.50x (2.50-2.50)"
-    )
-    assert rows["mobilenetv2"][-1] == "-"  # no plain-mobilenetv2 child ran
+    mlp, mobilenet = rows["mlp"], rows["mobilenetv2"]
+    # A child's disposes count by their median, first and settled apart.
+    assert mlp[1:4] == ["19", "100", "12.0 (12.0-12.0)"] and mlp[4] == "1.00x (1.00-1.00)"
+    assert mlp[5] == "14.0 (14.0-14.0)" and mlp[6] == "9.5 (9.5-9.5)", mlp
+    assert mlp[8:10] == ["8.0 (8.0-8.0)", "5.0 (5.0-5.0)"], mlp
+    assert mlp[-1] == "80.0 (80.0-80.0)"
+    assert mobilenet[1:3] == ["591", "27"] and mobilenet[4] == "3.00x (3.00-3.00)", mobilenet
+    assert mobilenet[-1] == "-"
 
 
 def test_the_allocator_benchmark_shows_each_setting_against_the_pool(
@@ -691,22 +709,266 @@ def test_the_peers_benchmark_reports_medians_and_ratios_per_round(load_script, c
     assert lines[-1] == "- KServe skipped: --kserve-venv not given; ..."
 
 
+def stalls_child_result(max_gap: float, p99: float, **more) -> dict:
+    """A stall benchmark child's result with the keys the report reads."""
+    return {
+        "calls": 1000,
+        "workload_s": 10.0,
+        "max_gap_ms": max_gap,
+        "p99_gap_ms": p99,
+        "p999_gap_ms": 2 * p99,
+        "median_gap_ms": 2.05,
+        "median_latency_ms": 0.4,
+        "p99_latency_ms": 3.0,
+        "max_latency_ms": max_gap - 1,
+        "max_gap_at_s": 4.0,
+        "gc_in_max_gap_ms": 0.0,
+        "gc_in_max_gap_thread": None,
+        "gc_collections": 100,
+        "gc_total_ms": 300.0,
+        "gc_max_ms": 50.0,
+        "serving_gc_collections": 10,
+        "serving_gc_max_ms": 5.0,
+        "lib_gc_collections": 0,
+        "lib_gc_total_ms": 0.0,
+        "lib_gc_max_ms": 0.0,
+        **more,
+    }
+
+
+# What the stall benchmark's library child adds to its result: the cleaner's statistics.
+STALLS_LIBRARY_STATISTICS = {
+    "collections": 2,
+    "max_collection_seconds": 0.25,
+    "blocking_seconds": 0.5,
+    "models_cleaned": 2,
+    "models_disposed": 3,
+    "cleaner_queue": 0,
+}
+
+
+def test_the_stalls_table_compares_the_library_with_plain_keras_within_each_round(
+    load_script, monkeypatch, capsys
+):
+    module = load_script("stalls.py")
+    args = module.parse_args(["--rounds", "2"])
+    library = STALLS_LIBRARY_STATISTICS
+    # Plain's max gap drifts between rounds; the library's difference to it does not.
+    fake_children(
+        monkeypatch,
+        module,
+        {
+            "plain": [stalls_child_result(100.0, 8.0), stalls_child_result(300.0, 10.0)],
+            "library": [
+                stalls_child_result(110.0, 8.4, **library),
+                stalls_child_result(350.0, 13.0, **library),
+            ],
+        },
+    )
+
+    assert module.run_parent(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = table(lines, "variant", "max gap ms")
+    plain, library = rows["plain Keras"], rows["lc.manage + dispose()/cleaner"]
+    assert plain[1] == "200.0 (100.0-300.0)"
+    assert plain[6:8] == ["-", "-"]  # no library statistics from plain Keras
+    assert plain[-2:] == ["+0.0 (+0.0-+0.0)", "1.00x (1.00-1.00)"]
+    assert library[6:8] == ["250.0 (250.0-250.0)", "0.50 (0.50-0.50)"]
+    # Per round: +10 and +50 ms; 1.05x and 1.3x.
+    assert library[-2:] == ["+30.0 (+10.0-+50.0)", "1.18x (1.05-1.30)"]
+    assert "  max gap library - plain <= +20 ms: MISSED (median +30.0 ms, 2 rounds)" in lines
+    assert "  p99 gap library / plain <= 1.2x: met (median 1.18x, 2 rounds)" in lines
+    assert any(line.startswith("  library, last round: ") for line in lines)
+
+
+def test_the_stalls_targets_are_not_measured_when_every_child_fails(
+    load_script, monkeypatch, capsys
+):
+    # The rest of this report is checked for every script, stalls.py among them, by
+    # test_a_benchmark_whose_children_all_fail_still_reports_and_exits_1.
+    module = load_script("stalls.py")
+    args = module.parse_args(["--rounds", "2"])
+    started = fake_children(monkeypatch, module, None)
+
+    assert module.run_parent(args) == 1
+    assert started == ["plain", "library", "library", "plain"]
+    assert "max gap library - plain <= +20 ms: not measured" in capsys.readouterr().out
+
+
+def test_the_stalls_options_check_their_values(load_script):
+    module = load_script("stalls.py")
+    args = module.parse_args(["--variants", "library", "--interval-ms", "5"])
+    assert args.variants == ["library"] and args.interval_ms == 5.0
+    assert (args.models, args.steps, args.input_size, args.rounds) == (6, 2, 64, 3)
+    assert module.child_options(args) == [
+        *("--models", "6", "--steps", "2", "--input-size", "64", "--interval-ms", "5.0")
+    ]
+    for bad in (["--input-size", "31"], ["--interval-ms", "0"], ["--models", "0"]):
+        with pytest.raises(SystemExit):
+            module.parse_args(bad)
+
+
+def test_the_stalls_benchmark_measures_gaps_between_call_starts(load_script):
+    module = load_script("stalls.py")
+    starts = [0.0, 0.002, 0.004, 0.104, 0.106]
+    summary = module.gap_summary(starts, [0.001, 0.001, 0.099, 0.001, 0.001])
+    assert summary["calls"] == 5
+    assert summary["max_gap_ms"] == pytest.approx(100.0)
+    assert summary["max_gap_index"] == 3  # the call that ended the longest gap
+    assert summary["median_gap_ms"] == pytest.approx(2.0)
+    assert summary["max_latency_ms"] == pytest.approx(99.0)
+    with pytest.raises(ValueError, match="at least 2 calls"):
+        module.gap_summary([0.0], [0.001])
+
+
+def test_the_stalls_benchmark_counts_collections_apart_by_thread(load_script):
+    module = load_script("stalls.py")
+    watch = module.GcWatch()
+    watch.events = [
+        (0.0, 0.010, "MainThread"),
+        (0.020, 0.050, "lifecycle-cleaner-default"),
+        (0.060, 0.065, "serving"),
+    ]
+    summary = watch.summary()
+    assert summary["gc_collections"] == 2 and summary["gc_max_ms"] == pytest.approx(10.0)
+    assert summary["lib_gc_collections"] == 1
+    assert summary["lib_gc_total_ms"] == pytest.approx(30.0)
+    assert summary["serving_gc_collections"] == 1
+    assert summary["serving_gc_max_ms"] == pytest.approx(5.0)
+    inside, thread = watch.inside(0.005, 0.040)
+    assert inside == pytest.approx(25.0) and thread == "lifecycle-cleaner-default"
+    assert watch.inside(0.1, 0.2) == (0.0, None)
+    assert module.per_round_differences([3.0, None, 5.0], [1.0, 2.0, 5.0]) == [2.0, 0.0]
+    with pytest.raises(ValueError, match="one value per round"):
+        module.per_round_differences([1.0], [])
+
+
+def test_the_kfold_folds_are_kfolds_with_or_without_scikit_learn(load_script, monkeypatch):
+    from sklearn.model_selection import KFold
+
+    module = load_script("kfold.py")
+    indices = list(range(23))
+    expected = [(list(train), list(test)) for train, test in KFold(n_splits=5).split(indices)]
+    splits, splitter = module.fold_splits(23, 5)
+    assert splitter == "sklearn KFold"
+    assert [(list(train), list(test)) for train, test in splits] == expected
+    assert module.fold_sizes(23, 5) == [(len(train), len(test)) for train, test in expected]
+
+    monkeypatch.setitem(sys.modules, "sklearn.model_selection", None)  # import fails
+    splits, splitter = module.fold_splits(23, 5)
+    assert splitter == "numpy array_split"
+    assert [(list(train), list(test)) for train, test in splits] == expected
+
+
+def test_the_kfold_steps_and_steady_step_time_leave_out_each_folds_first_batch(load_script):
+    module = load_script("kfold.py")
+    assert module.steps_per_fold(512, 16, 1) == 32
+    assert module.steps_per_fold(513, 16, 2) == 66
+    # The first batch of each fold traces: 9.0 and 7.0 are left out.
+    assert module.steady_step_ms([[9.0, 0.1, 0.3], [7.0, 0.2]]) == pytest.approx(200.0)
+    assert module.steady_step_ms([[9.0], [7.0]]) is None
+    assert module.spans([32]) == "32" and module.spans([25, 26]) == "25-26"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--folds", "1"],
+        ["--input-size", "31"],
+        ["--samples", "3", "--folds", "4"],
+        ["--batch", "0"],
+    ],
+)
+def test_the_kfold_options_refuse_what_cannot_run(load_script, argv):
+    module = load_script("kfold.py")
+    with pytest.raises(SystemExit):
+        module.parse_args(argv)
+
+
+def kfold_child_result(step_ms: float, steady: float, **extra: float) -> dict:
+    """A k-fold benchmark child's result with the keys the report reads."""
+    return {
+        **{"splitter": "sklearn KFold", "step_ms": step_ms, "steady_step_ms": steady},
+        **{"fold_s": 10.0, "total_s": 40.0, **extra},
+    }
+
+
+@pytest.mark.parametrize(
+    ("second_step_ms", "ratio", "verdict"),
+    [(202.0, "1.010x (1.010-1.010)", "met"), (210.0, "1.030x (1.010-1.050)", "missed")],
+)
+def test_the_kfold_table_compares_the_library_with_plain_round_by_round(
+    load_script, monkeypatch, capsys, second_step_ms, ratio, verdict
+):
+    module = load_script("kfold.py")
+    args = module.parse_args(["--rounds", "2", "--folds", "4", "--samples", "100"])
+    result = kfold_child_result
+    cleaner = {"collections": 2, "max_collection_seconds": 0.05, "blocking_seconds": 0.2}
+    cleaner["models_disposed"] = 4
+    started = fake_children(
+        monkeypatch,
+        module,
+        {
+            # The machine slows down in round 2; the ratios are taken within each round.
+            "plain": [result(100.0, 80.0), result(200.0, 160.0)],
+            "library": [result(101.0, 80.0, **cleaner), result(second_step_ms, 160.0, **cleaner)],
+        },
+    )
+
+    assert module.run_parent(args) == 0
+    assert started == ["plain", "library", "library", "plain"]
+    lines = capsys.readouterr().out.splitlines()
+    rows = table(lines, "variant", "step ms")
+    assert rows["plain"][1:] == [
+        *("150.0 (100.0-200.0)", "120.0 (80.0-160.0)", "10.0 (10.0-10.0)", "40.0 (40.0-40.0)"),
+        *("1.000x (1.000-1.000)", "1.000x (1.000-1.000)"),
+    ]
+    assert rows["library"][5:] == [ratio, "1.000x (1.000-1.000)"]
+    assert any(
+        "100 random images" in line and "4 folds (sklearn KFold)" in line and "75 training" in line
+        for line in lines
+    ), lines
+    target = next(line for line in lines if line.startswith("target:"))
+    assert "<= 1.02x" in target and f"step {ratio.split()[0]}, {verdict};" in target
+    assert target.endswith("steady step 1.000x, met"), target
+    note = next(line for line in lines if line.startswith("  library:"))
+    assert "models disposed 4 (4-4)" in note and "longest 50.0 ms (50.0-50.0)" in note
+
+
+def test_the_kfold_report_marks_failed_children_and_compares_nothing(
+    load_script, monkeypatch, capsys
+):
+    # The rest of this report is checked for every script, kfold.py among them, by
+    # test_a_benchmark_whose_children_all_fail_still_reports_and_exits_1.
+    module = load_script("kfold.py")
+    args = module.parse_args(["--rounds", "2"])
+    fake_children(monkeypatch, module, None)
+
+    assert module.run_parent(args) == 1
+    out = capsys.readouterr().out
+    assert table(out.splitlines(), "variant", "step ms")["library"][1] == "FAILED"
+    assert "step not compared" in out
+    assert "plain in round 1" in out
+
+
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_the_dispose_benchmark_runs_each_variant_in_a_child_process():
     # The harness end to end, with real children, on the cheapest workload: a 1 MiB
     # MLP disposed by one child and dropped the plain way by the other.
     lines = run_benchmark(
-        "dispose.py", *("--rounds", "1", "--variants", "mlp,plain-mlp", "--mlp-mb", "1")
+        "dispose.py",
+        *("--rounds", "1", "--variants", "mlp,plain-mlp", "--mlp-mb", "1", "--models", "2"),
     )
     rows = table(lines, "model", "buffers")
     assert set(rows) == {"mlp"}
     mlp = rows["mlp"]
-    # Its own ratios, the buffers and MiB its dispose() released, and the plain
-    # drop's time, measured in the other child.
-    assert mlp[4] == mlp[6] == "1.00x", mlp
+    # Its own ratio, the buffers and MiB its dispose() released, the user's
+    # path and the settled figure, and the plain drop's time from the other child.
+    assert mlp[4] == "1.00x", mlp
     assert int(mlp[1]) > 0 and float(mlp[2]) > 0, mlp
-    assert float(mlp[3]) > 0 and float(mlp[-1]) > 0, mlp
+    assert float(mlp[3]) > 0 and float(mlp[5]) > 0 and float(mlp[8]) > 0, mlp
+    assert float(mlp[-1]) > 0, mlp
 
 
 @pytest.mark.subprocess
@@ -724,7 +986,8 @@ def test_loop_benchmark_prints_one_row_per_variant():
     # The managed row shows the megabytes it released, not a dash, and its
     # time per cycle against (a)'s in the same round.
     managed = rows["(c) ManagedModel + dispose()"]
-    assert managed[-2] != "-" and float(managed[-2]) > 0
+    assert managed[-3] != "-" and float(managed[-3]) > 0
+    assert managed[-1] != "-" and managed[-1][0] in "+-"  # the RSS growth after warm-up
     assert managed[4].endswith("x") and float(managed[4][:-1]) > 0
     assert rows["(a) del model"][4] == "1.00x"
 
@@ -942,15 +1205,15 @@ def test_dispose_benchmark_compares_an_application_with_the_mlp():
     # MobileNetV2 rather than ResNet50: as many buffers to release, built in less time.
     lines = run_benchmark(
         "dispose.py",
-        *("--rounds", "1", "--variants", "mlp,mobilenetv2,plain-mlp"),
+        *("--rounds", "1", "--variants", "mlp,mobilenetv2,plain-mlp", "--models", "2"),
         *("--input-size", "32", "--mlp-mb", "4"),
     )
     rows = table(lines, "model", "buffers")
     assert set(rows) == {"mlp", "mobilenetv2"}
     # The MLP's own ratios, MobileNetV2's (one round: no range), and its buffers
     # (weights, Adam slots, BN statistics).
-    assert rows["mlp"][4] == rows["mlp"][6] == "1.00x"
-    assert float(rows["mobilenetv2"][4][:-1]) > 0 and float(rows["mobilenetv2"][6][:-1]) > 0
+    assert rows["mlp"][4] == "1.00x"
+    assert float(rows["mobilenetv2"][4][:-1]) > 0 and float(rows["mobilenetv2"][3]) > 0
     assert int(rows["mobilenetv2"][1]) > 500
     # The plain drop was measured next to the managed MLP.
     assert float(rows["mlp"][-1]) > 0 and rows["mobilenetv2"][-1] == "-"
@@ -1012,3 +1275,45 @@ def test_peers_benchmark_serves_one_model_from_each_server_it_finds():
     for name in set(venvs) - set(found):
         skipped = next(line for line in lines if line.startswith(f"- {labels[name]} skipped: "))
         assert "python3 -m venv" in skipped, skipped
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.benchmark
+def test_stalls_benchmark_measures_the_serving_thread_in_both_variants():
+    lines = run_benchmark(
+        "stalls.py",
+        *("--rounds", "1", "--models", "2", "--steps", "1", "--input-size", "32"),
+        timeout=400,
+        wait=900,
+    )
+    rows = table(lines, "variant", "max gap ms")
+    plain, library = rows["plain Keras"], rows["lc.manage + dispose()/cleaner"]
+    # One round: no range; the serving thread ran, a gap is at least the interval.
+    assert float(plain[1]) >= 2.0 and float(library[1]) >= 2.0
+    assert 1.5 < float(plain[4]) < 10 and 1.5 < float(library[4]) < 10
+    assert plain[-2:] == ["+0.0", "1.00x"] and plain[7] == "-"
+    assert library[-1].endswith("x") and float(library[7]) >= 0
+    assert any(line.startswith("  max gap library - plain <= +20 ms: ") for line in lines)
+    assert "models disposed 1" in next(ln for ln in lines if ln.startswith("  library, last"))
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.benchmark
+def test_kfold_benchmark_times_plain_and_library_training():
+    lines = run_benchmark(
+        "kfold.py",
+        *("--rounds", "1", "--folds", "2", "--samples", "64", "--input-size", "32"),
+        timeout=600,
+        wait=1300,
+    )
+    rows = table(lines, "variant", "step ms")
+    assert set(rows) == {"plain", "library"}
+    for row in rows.values():
+        assert all(float(cell) > 0 for cell in row[1:5]), row
+    # One round: each ratio is that round's, plain's against itself.
+    assert rows["plain"][5:] == ["1.000x", "1.000x"]
+    assert all(re.fullmatch(r"\d+\.\d{3}x", cell) for cell in rows["library"][5:])
+    # The library's child disposed the model of each of its two folds.
+    assert any(line.startswith("  library: models disposed 2;") for line in lines), lines
