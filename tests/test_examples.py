@@ -138,6 +138,13 @@ def every_fold_model_was_disposed(out: str) -> None:
     line_matching(r"^after the search: 12 of 12 fitted models disposed$", out)
 
 
+def no_fold_cost_a_collection(out: str) -> None:
+    # Every fold's model was disposed: the cleaner had nothing to collect.
+    for fold in range(3):
+        line_matching(rf"^fold {fold}: val loss [\d.]+, released [\d.]+ MiB in \d+ buffers", out)
+    line_matching(r"^cleaner: 0 collections \(longest 0 ms\); other threads blocked \d+ ms", out)
+
+
 # What an example's output must show beyond its fragment in EXPECTED.
 CLAIMS: dict[str, Callable[[str], None]] = {
     "ab_loading.py": user_7_sticks_and_the_split_is_90_10,
@@ -148,6 +155,7 @@ CLAIMS: dict[str, Callable[[str], None]] = {
     "serving_triton_client.py": tritonclient_defaults_were_served_over_http_and_grpc,
     "sweep_keras_tuner.py": every_trial_model_was_disposed,
     "sweep_sklearn.py": every_fold_model_was_disposed,
+    "training_loop.py": no_fold_cost_a_collection,
 }
 
 
@@ -231,6 +239,13 @@ def test_the_claims_fail_on_the_outputs_they_reject():
     with pytest.raises(AssertionError, match="1 left live"):
         every_trial_model_was_disposed(
             "3 trials: 4 models built, 3 disposed (0.50 MiB released), 1 left live\n"
+        )
+    with pytest.raises(AssertionError, match="no line matches"):
+        no_fold_cost_a_collection(
+            "fold 0: val loss 1.0, released 0.03 MiB in 6 buffers\n"
+            "fold 1: val loss 1.0, released 0.03 MiB in 6 buffers\n"
+            "fold 2: val loss 1.0, released 0.03 MiB in 6 buffers\n"
+            "cleaner: 1 collections (longest 480 ms); other threads blocked 500 ms in all\n"
         )
     with pytest.raises(AssertionError, match="no line matches"):
         every_fold_model_was_disposed("5-fold accuracy: 0.9 ± 0.1; 0 of 5 fitted models disposed\n")

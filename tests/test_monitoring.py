@@ -145,6 +145,14 @@ def test_prometheus_exposition_parses_back_and_follows_the_statistics():
     assert after[("lifecycle_process_resident_memory_bytes", ())] > 0
     assert "# TYPE lifecycle_collection_seconds_total counter" in text
     assert "# TYPE lifecycle_trims_total counter" in text
+    # The longest pause a cleaner's collection imposed, and all the time the
+    # library's work held the interpreter lock: as the statistics say.
+    assert "# TYPE lifecycle_collection_seconds_max gauge" in text
+    assert "# TYPE lifecycle_blocking_seconds_total counter" in text
+    stats = lc.statistics(count_graphs=False)
+    longest = after[("lifecycle_collection_seconds_max", ())]
+    assert 0 <= longest <= stats.max_collection_seconds  # a high-water mark
+    assert 0 <= after[("lifecycle_blocking_seconds_total", ())] <= stats.blocking_seconds
     # A counter: a collection on the cleaner's thread may clear the cache meanwhile.
     scraped = after[("lifecycle_kernel_cache_clears_total", ())]
     assert clears <= scraped <= lc.statistics(count_graphs=False).kernel_cache_clears
