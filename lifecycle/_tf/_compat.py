@@ -62,6 +62,10 @@ def _check_keras_variable_value() -> None:
 
 def _check_release() -> None:
     variable = tf.Variable(tf.ones([4]))
+    # Its release kernel, built beforehand on a handle that holds no buffer.
+    keys = _release.release_kernel_keys([variable])
+    assert _release.warm_release(keys) == len(keys) <= 1, keys
+    assert _release.release_kernel_keys([variable]) == set()
     assert _release.release([variable]) == (16, 1)
     assert _release.is_released(variable), variable.read_value().shape
 
@@ -310,7 +314,7 @@ class _Holder(keras.Model):
 
 _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("keras.Variable._value holds the tf.Variable", _check_keras_variable_value),
-    ("AssignVariableOp releases a buffer", _check_release),
+    ("AssignVariableOp releases a buffer; its kernel can be built beforehand", _check_release),
     ("FuncGraph.external_captures/outer_graph", _check_func_graph),
     ("ops._gradient_registry CustomGradient closures", _check_gradient_registry),
     ("keras functional construction", _check_functional_construction),
