@@ -477,3 +477,26 @@ def test_the_library_works_under_warnings_as_errors(run_child):
         python_options=("-W", "error"),
     )
     assert "ok under -W error" in out
+
+
+@pytest.mark.subprocess
+def test_the_checks_leave_no_graph_no_registry_entry_and_no_frozen_heap(run_child):
+    # The probes' traced graphs and gradient-registry entries (the probe's own
+    # signature registered one when it was traced for the save) go with the
+    # check, and the heap it froze for its collection is unfrozen.
+    out = run_child(
+        """
+        import gc
+        from tensorflow.python.framework.func_graph import FuncGraph
+        from lifecycle import _tf
+        calls = []
+        gc.callbacks.append(lambda phase, info: phase == "stop" and calls.append(info))
+        _tf.check_compatibility()
+        gc.callbacks.clear()
+        gc.collect()
+        graphs = sum(isinstance(o, FuncGraph) for o in gc.get_objects())
+        full = [i["collected"] for i in calls if i["generation"] == 2]
+        print(_tf.custom_gradient_entries(), graphs, gc.get_freeze_count(), len(full) >= 1)
+        """
+    )
+    assert out.split() == ["0", "0", "0", "True"], out
