@@ -356,8 +356,7 @@ class ModelRecord:
             self.handles = []
             self._forget(cleaned=True)
             owned = self._account_release(released)
-            if KERNEL_CACHE.due():
-                clear_kernel_cache_when_due()
+            clear_kernel_cache_when_due()
             self.report = DisposeReport(
                 model_name=self.name,
                 bytes_released=released,
@@ -420,7 +419,8 @@ def clear_kernel_cache_when_due() -> None:
     See :mod:`lifecycle._core._kernels`: the cache keeps stale kernels of every
     released buffer until it is cleared.
     """
-    if KERNEL_CACHE.take():
+    # due() first: take() counts a "skipped" clear, which is a collection's answer.
+    if KERNEL_CACHE.due() and KERNEL_CACHE.take():
         _tf.memory.clear_kernel_cache()
 
 

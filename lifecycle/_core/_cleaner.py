@@ -297,6 +297,7 @@ class Cleaner:
         """``owner`` released its buffers: what it allocated is no longer pressure."""
         if self._successor is not None:
             self._successor.note_disposed(owner)
+            return
         with self._lock:
             self._pending.pop(owner, None)
             if self._newest == owner:

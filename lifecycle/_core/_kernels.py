@@ -6,9 +6,10 @@ variable's creation runs ops whose attributes name the variable, so every
 variable ever created leaves kernels no later variable reuses: about 35 KiB
 per buffer of a disposed model, measured, freed only by clearing the cache.
 The same cache holds what a release needs: the kernels of ``AssignVariableOp``
-for each variable shape, built when the variables were created. Clearing it
-between a model's build and its dispose makes the dispose rebuild one kernel
-per distinct shape (about 1 ms each; ResNet50 has 30).
+for each variable shape, built by an earlier release or beforehand by the
+cleaner (``_tf.warm_release``). Clearing it between a model's build and its
+dispose makes the dispose rebuild one kernel per distinct shape (about 1 ms
+each; ResNet50 has 30).
 
 So the cache is cleared only once enough buffers were released since the last
 clear for their stale kernels to matter: by the cleaner after a ``dispose()``

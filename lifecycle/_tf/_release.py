@@ -58,9 +58,10 @@ def release_by_device(variables: Iterable[BaseResourceVariable]) -> dict[str, tu
     A leaf of this process is released with no device asked for: TensorFlow
     places an op on the device of its resource input anyway, and the eager
     kernel cache keys a kernel by the device the op asked for. Unscoped, the
-    release reuses the kernels that creating the variables built (one per
-    distinct variable shape, about 1 ms each to build); scoped, it built its
-    own for every shape at its first dispose.
+    release reuses the kernels an earlier release or :func:`warm_release`
+    built for the same dtype and shape (about 1 ms each to build); creating
+    the variables does not build them (measured: a process's first release of
+    ResNet50 built about 30).
     """
     by_device: dict[str, list[BaseResourceVariable]] = {}
     for leaf in variables:
@@ -146,8 +147,7 @@ def warm_release(keys: Iterable[KernelKey]) -> int:
     (30 for ResNet50), and pay for them on the caller's thread. This builds
     them beforehand on a handle of that dtype and shape that holds no buffer
     (``VarHandleOp``, assigned the empty value and destroyed at once), so it
-    allocates nothing. It runs on the cleaner's thread; TensorFlow builds
-    kernels without holding the interpreter lock.
+    allocates nothing. It runs on the cleaner's thread.
 
     Args:
         keys: As returned by :func:`release_kernel_keys`.
@@ -157,6 +157,7 @@ def warm_release(keys: Iterable[KernelKey]) -> int:
     """
     run = _quick_execute()
     built = 0
+    calls: dict[int, tuple[tf.Tensor, tuple[Any, ...]]] = {}
     with tf.init_scope():
         ctx = context.context()
         for key in keys:
@@ -164,7 +165,10 @@ def warm_release(keys: Iterable[KernelKey]) -> int:
                 if key in _warm:
                     continue
             dtype, shape = tf.as_dtype(key[0]), key[1]
-            empty, attrs = _assign_call(dtype)
+            call = calls.get(key[0])
+            if call is None:
+                call = calls[key[0]] = _assign_call(dtype)
+            empty, attrs = call
             # shared_name="": an anonymous resource, this handle's alone.
             handle = tf.raw_ops.VarHandleOp(dtype=dtype, shape=shape, shared_name="")
             try:

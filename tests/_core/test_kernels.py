@@ -12,12 +12,15 @@ def test_a_collection_clears_only_once_enough_buffers_were_released():
     policy = KernelCachePolicy(threshold=3)
     assert policy.take() is False  # nothing released: a collection raised by allocations
     policy.note_released(2)
-    assert policy.take() is False
+    assert policy.due() is False and policy.take() is False
     policy.note_released(1)
     assert policy.statistics() == KernelCacheStatistics(
         threshold=3, pending_buffers=3, clears=0, skipped=2
     )
+    assert policy.due() is True  # asking counts nothing
+    assert policy.statistics().skipped == 2
     assert policy.take() is True
+    assert policy.due() is False
     # The clear resets the count: the next collection waits for new releases.
     assert policy.take() is False
     assert policy.statistics() == KernelCacheStatistics(
