@@ -1,16 +1,30 @@
 """keras-lifecycle: Keras 3 / TensorFlow models that give their memory back."""
 
+# ruff: noqa: E402 - the allocator is chosen before anything imports TensorFlow,
+# which reads its allocator settings once.
+import sys as _sys
+
+from ._core import _allocator
+
+if "tensorflow" in _sys.modules:  # `import keras` came first: ask whether it allocated
+    from ._tf._memory import tensorflow_allocated as _allocated
+else:
+    _allocated = None
+_allocator.apply_from_environment(tensorflow_allocated=_allocated)
+
 from . import distribute as distribute
 from . import integrations as integrations
 from . import monitoring as monitoring
 from . import testing as testing
 from ._checkpoints import CheckpointKeeper as CheckpointKeeper
 from ._checkpoints import restore_checkpoint as restore_checkpoint
+from ._core import AllocatorChoice as AllocatorChoice
 from ._core import AllocatorSettings as AllocatorSettings
 from ._core import CleanerStatistics as CleanerStatistics
 from ._core import CleanupStrategy as CleanupStrategy
 from ._core import ModelState as ModelState
 from ._core import SessionState as SessionState
+from ._core import allocator_choice as allocator_choice
 from ._core import tune_allocator as tune_allocator
 from ._disposal import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
 from ._disposal import DeviceRelease as DeviceRelease
@@ -65,6 +79,7 @@ __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
     "DEFAULT_PRESSURE_THRESHOLD",
     "DEFAULT_TRIM_THRESHOLD",
+    "AllocatorChoice",
     "AllocatorSettings",
     "BatchingPolicy",
     "BatchingStatistics",
@@ -107,6 +122,7 @@ __all__ = [
     "VersionPolicy",
     "VersionState",
     "VersionStatus",
+    "allocator_choice",
     "check_compatibility",
     "check_disposed",
     "current_session",

@@ -66,6 +66,22 @@ def keras_state():
 
 
 @pytest.fixture(autouse=True)
+def _allocator_variable_restored():
+    """A command run in-process sets LIFECYCLE_ALLOCATOR; later tests' children must not see it.
+
+    Not through monkeypatch: an autouse fixture using it would undo a test's own
+    patches only after the test's session closed.
+    """
+    name = "LIFECYCLE_ALLOCATOR"
+    saved = os.environ.get(name)
+    yield
+    if saved is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = saved
+
+
+@pytest.fixture(autouse=True)
 def session(request):
     """Every test owns its models: closing its session disposes what it left live."""
     import lifecycle as lc

@@ -198,3 +198,211 @@ def test_onednn_pools_released_blocks_unless_told_to_use_the_system_allocator():
     block = 64 * 1024 * 1024
     assert mapped_after_drop() >= block
     assert mapped_after_drop(TF_ONEDNN_USE_SYSTEM_ALLOCATOR="1") < block // 16
+
+
+# -- the allocator choice (LIFECYCLE_ALLOCATOR, --allocator) -------------------------------
+
+
+def test_a_choice_after_tensorflow_started_changes_nothing_and_says_why(monkeypatch):
+    from lifecycle._core import _allocator
+
+    monkeypatch.setattr(_allocator, "_choice", _allocator._choice)
+    environ: dict[str, str] = {}
+    choice = _allocator.use_allocator("system", environ=environ)
+    assert not choice.applied and environ == {}
+    assert "TensorFlow has allocated already" in choice.reason
+    assert lc.allocator_choice() == choice
+    choice = _allocator.use_allocator("no-onednn", environ=environ, tensorflow_allocated=bool)
+    assert not choice.applied and "reads TF_ENABLE_ONEDNN_OPTS when imported" in choice.reason
+    assert environ == {}
+    # Keeping TensorFlow's defaults needs nothing of it.
+    assert _allocator.use_allocator("tensorflow", environ=environ).applied
+
+
+def test_an_unknown_choice_is_refused_naming_the_choices():
+    from lifecycle._core import _allocator
+
+    for bad in ("jemalloc", "", None, 1):
+        with pytest.raises(ValueError, match="tensorflow, system, no-onednn"):
+            _allocator.use_allocator(bad, environ={})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="LIFECYCLE_ALLOCATOR: allocator must be one of"):
+        _allocator.apply_from_environment({"LIFECYCLE_ALLOCATOR": "pool"})
+    assert _allocator.apply_from_environment({}) is None
+
+
+# A fresh interpreter: LIFECYCLE_ALLOCATOR (and the user's own variables) as given.
+CHOICE_CHILD = """
+import json, os
+import lifecycle as lc
+choice = lc.allocator_choice()
+print("RESULT", json.dumps({
+    "choice": None if choice is None else [choice.name, choice.applied,
+        dict(choice.tensorflow_settings), dict(choice.glibc_settings), list(choice.kept)],
+    "allocator": lc.statistics(count_graphs=False).cpu_allocator,
+    "env": os.environ.get("TF_ONEDNN_USE_SYSTEM_ALLOCATOR"),
+}))
+"""
+
+
+def choice_in_child(run_child, **env: str) -> dict:
+    import json
+
+    clean = {name: "" for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR")}
+    output = run_child(f"import os\n{UNSET}\n{CHOICE_CHILD}", env={**clean, **env}, timeout=120)
+    return json.loads(output.split("RESULT", 1)[1])
+
+
+# Variables the parent's environment may hold are cleared in the child (empty in
+# env, then removed before anything reads them), unless the test sets them.
+UNSET = "[os.environ.pop(k) for k in list(os.environ) if os.environ[k] == '']"
+
+
+@pytest.mark.subprocess
+def test_lifecycle_allocator_system_is_applied_before_tensorflow_starts(run_child):
+    result = choice_in_child(run_child, LIFECYCLE_ALLOCATOR="system")
+    name, applied, tensorflow, glibc, kept = result["choice"]
+    assert (name, applied, kept) == ("system", True, [])
+    assert (
+        tensorflow
+        == {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1"}
+        == {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": result["env"]}
+    )
+    assert glibc == {"arena_max": 1, "mmap_max": 0, "trim_threshold": 1 << 30}
+    # TensorFlow runs with it (oneDNN is on by default on this build's x86 CPUs).
+    assert result["allocator"] in ("onednn-system", "tensorflow")
+
+
+@pytest.mark.subprocess
+def test_keras_imported_first_leaves_time_for_the_choice_but_a_tensor_does_not(run_child):
+    import json
+
+    clean = {name: "" for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR")}
+    env = {**clean, "LIFECYCLE_ALLOCATOR": "system"}
+    # As isort orders it: keras (and TensorFlow) before lifecycle.
+    output = run_child(f"import os\n{UNSET}\nimport keras\n{CHOICE_CHILD}", env=env)
+    result = json.loads(output.split("RESULT", 1)[1])
+    assert result["choice"][:2] == ["system", True]
+    assert result["allocator"] in ("onednn-system", "tensorflow")
+    code = f"import os\n{UNSET}\nimport tensorflow as tf\ntf.ones([1])\n{CHOICE_CHILD}"
+    result = json.loads(run_child(code, env=env).split("RESULT", 1)[1])
+    assert result["choice"][:3] == ["system", False, {}]
+    assert result["allocator"] in ("onednn-pool", "tensorflow")
+
+
+@pytest.mark.subprocess
+def test_the_users_own_variables_are_never_overridden(run_child):
+    result = choice_in_child(
+        run_child,
+        LIFECYCLE_ALLOCATOR="system",
+        TF_ONEDNN_USE_SYSTEM_ALLOCATOR="0",
+        MALLOC_ARENA_MAX="4",
+    )
+    name, applied, tensorflow, glibc, kept = result["choice"]
+    assert (name, applied, tensorflow, glibc) == ("system", True, {}, {})
+    assert kept == ["TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "MALLOC_ARENA_MAX"]
+    assert result["env"] == "0"
+    assert result["allocator"] in ("onednn-pool", "tensorflow")
+    # Without the variable, nothing is chosen and TensorFlow keeps its defaults.
+    assert choice_in_child(run_child)["choice"] is None
+
+
+# A fresh interpreter on the user's path: 4 cycles of build, fit, dispose() of a
+# 72 MiB model (weights and Adam slots), under the allocator the environment gives.
+DISPOSE_CHILD = """
+import json
+import keras, numpy as np
+import lifecycle as lc
+from lifecycle._core import all_cleaners
+
+def rss_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((64, 1024)).astype("float32")
+y = rng.standard_normal((64, 2048)).astype("float32")
+
+def cycle():
+    inputs = keras.Input((1024,))
+    hidden = keras.layers.Dense(2048, activation="relu")(inputs)
+    model = lc.ManagedModel(inputs, keras.layers.Dense(2048)(hidden))
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    fitted, owned = rss_mib(), model.owned_bytes / 2**20
+    report = model.dispose()
+    del model, inputs, hidden
+    for cleaner in all_cleaners():  # the trim runs on the cleaner's thread
+        assert cleaner.wait_idle(60)
+    return {"fitted": fitted, "after": rss_mib(), "owned": owned, "pooled": report.pooled}
+
+cycles = [cycle() for _ in range(4)]
+stats = lc.statistics(count_graphs=False)
+print("RESULT", json.dumps({
+    "cycles": cycles, "allocator": stats.cpu_allocator,
+    "pooled_mib": stats.cpu_pooled_bytes / 2**20, "leaks": str(lc.find_leaks()),
+}))
+"""
+
+
+def dispose_in_child(run_child, **env: str) -> dict:
+    import json
+
+    clean = {name: "" for name in ("TF_ENABLE_ONEDNN_OPTS", "TF_ONEDNN_USE_SYSTEM_ALLOCATOR")}
+    code = f"import os\n{UNSET}\n{DISPOSE_CHILD}"
+    output = run_child(code, env={"LIFECYCLE_ALLOCATOR": "", **clean, **env}, timeout=240)
+    return json.loads(output.split("RESULT", 1)[1])
+
+
+@pytest.mark.subprocess
+def test_with_onednns_pool_memory_is_reused_and_the_pooled_bytes_reported(run_child):
+    result = dispose_in_child(run_child)  # TensorFlow's defaults
+    if result["allocator"] != "onednn-pool":
+        pytest.skip(f"oneDNN's pool is not TensorFlow's default here ({result['allocator']})")
+    cycles = result["cycles"]
+    owned = cycles[0]["owned"]
+    assert all(cycle["pooled"] for cycle in cycles), "DisposeReport.pooled should say so"
+    # Reused, not grown: cycles 2-4 fit into what the first ones left in the pool.
+    grown = cycles[-1]["after"] - cycles[1]["after"]
+    assert grown < 0.25 * owned, f"RSS grew {grown:.1f} MiB over 2 cycles ({owned:.0f} MiB model)"
+    # Where the memory is: the pool holds at least the disposed model's buffers.
+    assert result["pooled_mib"] >= owned, result
+    assert "oneDNN's CPU pool" in result["leaks"] and "no leaks" in result["leaks"]
+
+
+@pytest.mark.subprocess
+def test_with_lifecycle_allocator_system_dispose_gives_memory_back(run_child):
+    result = dispose_in_child(run_child, LIFECYCLE_ALLOCATOR="system")
+    cycles = result["cycles"]
+    owned = cycles[0]["owned"]
+    assert result["allocator"] in ("onednn-system", "tensorflow")
+    assert result["pooled_mib"] == 0 and not any(cycle["pooled"] for cycle in cycles)
+    # Measured here: each dispose gave back 2.5-3x the model's bytes (its buffers,
+    # gradients and activations); a pool would give back under 0.3x.
+    for cycle in cycles:
+        returned = cycle["fitted"] - cycle["after"]
+        assert returned >= 0.7 * owned, f"{returned:.1f} MiB back of a {owned:.0f} MiB model"
+    grown = cycles[-1]["after"] - cycles[1]["after"]
+    assert grown < 0.25 * owned, f"RSS grew {grown:.1f} MiB over 2 cycles ({owned:.0f} MiB model)"
+    assert "oneDNN's CPU pool" not in result["leaks"]
+
+
+def test_dispose_and_statistics_say_whether_freed_bytes_went_to_onednns_pool():
+    import keras
+
+    model = lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(300)]))
+    model(np_ones((2, 4)))
+    report = model.dispose()
+    stats = lc.statistics(count_graphs=False)
+    assert stats.cpu_allocator in ("onednn-pool", "onednn-system", "tensorflow")
+    assert report.pooled == (stats.cpu_allocator == "onednn-pool")
+    if stats.cpu_allocator == "onednn-pool":
+        assert stats.cpu_pooled_bytes is not None and stats.cpu_pooled_bytes >= 0
+        assert "oneDNN's CPU pool" in str(lc.LeakReport(pooled_bytes=2**20))
+    else:
+        assert stats.cpu_pooled_bytes == 0
+    assert "pool" not in str(lc.LeakReport(pooled_bytes=0))
+
+
+def np_ones(shape):
+    import numpy as np
+
+    return np.ones(shape, "float32")

@@ -537,3 +537,33 @@ def test_serve_refuses_bad_flags_at_once_without_tensorflow(flags, fragment, bad
     assert fragment.replace("{tmp}", tmp) in lines[0]
     # Well under a second on an idle machine; the bound leaves room for a loaded CI.
     assert took < 3, f"{took:.2f} s"
+
+
+# -- --allocator ---------------------------------------------------------------------------
+
+
+def test_allocator_flag_wins_then_the_users_variable_then_system():
+    import typer
+
+    from lifecycle.cli._allocator import choose_allocator
+
+    environ = {"LIFECYCLE_ALLOCATOR": "no-onednn"}
+    assert choose_allocator("tensorflow", environ) == "tensorflow" == environ["LIFECYCLE_ALLOCATOR"]
+    environ = {"LIFECYCLE_ALLOCATOR": "no-onednn"}
+    assert choose_allocator(None, environ) == "no-onednn"
+    environ = {}
+    assert choose_allocator(None, environ) == "system" == environ["LIFECYCLE_ALLOCATOR"]
+    with pytest.raises(typer.BadParameter, match="one of tensorflow, system, no-onednn"):
+        choose_allocator("pool", {})
+    with pytest.raises(typer.BadParameter, match="got 'jemalloc'"):
+        choose_allocator(None, {"LIFECYCLE_ALLOCATOR": "jemalloc"})
+
+
+def test_serve_and_soak_offer_the_allocator_and_refuse_an_unknown_one(app):
+    for command in ("serve", "soak"):
+        result = runner.invoke(app, [command, "--help"], terminal_width=200)
+        assert "--allocator" in result.output, command
+    result = runner.invoke(app, ["soak", "--allocator", "pool"])
+    assert result.exit_code == 2
+    words = " ".join(result.output.replace("│", " ").split())  # rich's box, wrapped
+    assert "allocator must be one of tensorflow, system, no-onednn; got 'pool'" in words

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import inspect
+import os
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import grpc
 import httpx
@@ -852,3 +854,61 @@ def test_the_library_does_not_import_the_server_and_a_missing_extra_names_the_in
     assert "server imported: []" in out
     assert "error: lifecycle.server needs the serve extra (uvicorn is missing): " in out
     assert 'pip install "keras-lifecycle[serve]"' in out
+
+
+# A ~280 MiB SavedModel (a 8192 -> 8960 Dense layer), exported by a child process so
+# that the test process does not hold its weights.
+BIG_MODEL_CHILD = """
+import sys, keras
+inputs = keras.Input((8192,), name="features")
+keras.Model(inputs, keras.layers.Dense(8960)(inputs)).export(sys.argv[1], verbose=False)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_lifecycle_serve_gives_an_unloaded_models_memory_back_by_default(tmp_path):
+    import psutil
+
+    path = tmp_path / "repository" / "big" / "1"
+    subprocess.run(
+        [sys.executable, "-c", BIG_MODEL_CHILD, str(path)],
+        check=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    port = free_port()
+    flags = ["--rest_api_port", str(port), "--port", "0"]
+    flags += ["--model_repository", str(tmp_path / "repository")]
+    flags += ["--model_control_mode", "explicit"]  # nothing loaded at start
+    url = f"http://127.0.0.1:{port}"
+    # No allocator variables: what a deployment gets without asking.
+    clean = {k: v for k, v in os.environ.items() if "ALLOCATOR" not in k and "ONEDNN" not in k}
+    with mock.patch.dict(os.environ, clean, clear=True), lifecycle_serve(*flags) as process:
+        server = psutil.Process(process.pid)
+        idle = server.memory_info().rss
+        body = {"inputs": [{"name": "features", "shape": [1, 8192], "datatype": "FP32",
+                            "data": [0.0] * 8192}]}  # fmt: skip
+        after_unloads = []
+        for _ in range(2):
+            load = httpx.post(f"{url}/v2/repository/models/big/load", json={}, timeout=120)
+            assert load.is_success, load.text
+            assert httpx.post(f"{url}/v2/models/big/infer", json=body, timeout=60).is_success
+            loaded = server.memory_info().rss
+            added = loaded - idle if not after_unloads else loaded - after_unloads[-1]
+            assert added > 250 * 2**20, f"loading added only {added / 2**20:.0f} MiB"
+            unload = httpx.post(f"{url}/v2/repository/models/big/unload", json={}, timeout=120)
+            assert unload.is_success, unload.text
+            # Measured here: 96 % of what loading added came back within a second (the
+            # model and the copy its restored functions keep, freed by a collection).
+            deadline = time.monotonic() + 30
+            while (returned := loaded - server.memory_info().rss) < 0.7 * added:
+                assert time.monotonic() < deadline, (
+                    f"{returned / 2**20:.0f} of {added / 2**20:.0f} MiB came back in 30 s"
+                )
+                time.sleep(0.5)
+            after_unloads.append(server.memory_info().rss)
+        # Unloaded versions do not pile up (they did by a copy of the model per cycle).
+        grown = (after_unloads[1] - after_unloads[0]) / 2**20
+        assert grown < 50, f"RSS after an unload grew {grown:.0f} MiB from the first to the second"
+        stop(process)

@@ -3,6 +3,8 @@
 Imports no TensorFlow: its tests run in milliseconds.
 """
 
+from ._allocator import AllocatorChoice as AllocatorChoice
+from ._allocator import current_choice as allocator_choice
 from ._batcher import Batcher as Batcher
 from ._batcher import BatchingPolicy as BatchingPolicy
 from ._batcher import BatchingStatistics as BatchingStatistics
@@ -45,6 +47,7 @@ __all__ = [
     "KERNEL_CACHE",
     "LIVE_MODELS",
     "PROCESS",
+    "AllocatorChoice",
     "AllocatorSettings",
     "Batcher",
     "BatchingPolicy",
@@ -62,6 +65,7 @@ __all__ = [
     "Resident",
     "SessionState",
     "all_cleaners",
+    "allocator_choice",
     "check_foreground_bytes",
     "check_gil_share",
     "check_int",

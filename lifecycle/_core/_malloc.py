@@ -25,6 +25,9 @@ _M_MMAP_THRESHOLD = -3
 
 _lock = threading.Lock()
 _settings: AllocatorSettings | None = None
+# Set by the ``system`` allocator choice (``_allocator.py``): freed blocks stay
+# in the heap until trimmed, so every collection ends with a trim.
+_trim_always = False
 
 
 @attrs.frozen
@@ -46,18 +49,19 @@ class AllocatorSettings:
 
 
 @functools.cache
-def _libc() -> ctypes.CDLL | None:
+def libc() -> ctypes.CDLL | None:
+    """glibc, or ``None`` where the process's allocator is not glibc's."""
     # Cached: find_library runs ``ldconfig -p`` in a subprocess.
     name = ctypes.util.find_library("c")
     if name is None:
         return None
     try:
-        libc = ctypes.CDLL(name)
-        libc.mallopt  # noqa: B018 - glibc only
-        libc.malloc_trim  # noqa: B018
+        glibc = ctypes.CDLL(name)
+        glibc.mallopt  # noqa: B018 - glibc only
+        glibc.malloc_trim  # noqa: B018
     except (OSError, AttributeError):
         return None
-    return libc
+    return glibc
 
 
 def tune_allocator(
@@ -79,6 +83,10 @@ def tune_allocator(
     ``docs/benchmarks.md``. Set ``TF_ENABLE_ONEDNN_OPTS=0`` before TensorFlow
     is imported: oneDNN's CPU allocator keeps freed blocks for reuse whatever
     glibc does (1.064x untuned, 1.060x tuned in the same benchmark with it).
+    Do not combine it with ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``: every block
+    then gets a mapping of its own, made and zeroed on every step (ResNet50's
+    training step took 1.98x as long); ``LIFECYCLE_ALLOCATOR=system`` is the
+    setting for that (``docs/allocator.md``).
 
     Args:
         mmap_threshold: Bytes from which an allocation gets its own mapping;
@@ -99,24 +107,30 @@ def tune_allocator(
     """
     global _settings
     check_optional_int(mmap_threshold, "mmap_threshold", minimum=1)
-    libc = _libc()
+    glibc = libc()
     with _lock:
-        if libc is None:
+        if glibc is None:
             _settings = AllocatorSettings(False, None, False)
             return _settings
-        if mmap_threshold is not None and libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold) != 1:
+        if mmap_threshold is not None and glibc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold) != 1:
             raise ValueError(f"glibc refused mmap_threshold={mmap_threshold}")
         _settings = AllocatorSettings(True, mmap_threshold, bool(trim_after_collect))
         return _settings
 
 
+def trim_after_collections() -> None:
+    """Make every cleaner's collection end with a trim, whatever its settings."""
+    global _trim_always
+    _trim_always = True
+
+
 def trimming() -> bool:
     """Whether cleaners should trim after collecting."""
     settings = _settings
-    return settings is not None and settings.trim_after_collect
+    return _trim_always or (settings is not None and settings.trim_after_collect)
 
 
 def trim() -> bool:
     """Return free heap memory to the system now (glibc); whether any was returned."""
-    libc = _libc()
-    return bool(libc is not None and libc.malloc_trim(0))
+    glibc = libc()
+    return bool(glibc is not None and glibc.malloc_trim(0))

@@ -122,6 +122,20 @@ def _check_kernel_cache() -> None:
     assert float(tf.reduce_sum(tf.ones([2]))) == 2.0  # ops run after the clear
 
 
+def _check_cpu_allocator() -> None:
+    assert _memory.cpu_allocator() in _memory.CPU_ALLOCATORS
+    tf.ones([1])  # the context is initialized by now
+    assert _memory.tensorflow_allocated()
+    if _memory.cpu_allocator() == "onednn-pool":
+        # The pool reports its use: a 1 MiB tensor shows in the peak.
+        tensor = tf.ones([1 << 18])
+        info = tf.config.experimental.get_memory_info("CPU:0")
+        assert int(info["peak"]) >= tensor.shape[0] * 4, info
+        del tensor
+        pooled = _memory.cpu_pooled_bytes()
+        assert pooled is not None and pooled >= 0
+
+
 def _check_retracing_warning() -> None:
     function = tf.function(lambda x: x + 1)
     _functions.omit_retracing_warning(function)
@@ -321,6 +335,11 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("checkpoint internals: async save, host copies, object graph", _checkpoint.self_check),
     ("tf.distribute strategies, collectives and shards", _check_distribute),
     ("eager kernel cache can be cleared", _check_kernel_cache),
+    (
+        "oneDNN's state (_pywrap_util_port.IsMklEnabled), its CPU pool's use "
+        "(get_memory_info('CPU:0')), an initialized eager context (Context._context_handle)",
+        _check_cpu_allocator,
+    ),
     ("dtype policy and device scope carried to another thread", _check_build_scope),
     ("tf.function frequent-retracing warning can be omitted", _check_retracing_warning),
     ("ConcreteFunction._call_flat on tf.nest-flattened inputs", _check_flat_call),

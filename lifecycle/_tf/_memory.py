@@ -2,14 +2,73 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import tensorflow as tf
 from tensorflow.python.eager import context
+from tensorflow.python.util import _pywrap_util_port
 
 from . import _release
 
-__all__ = ["clear_kernel_cache", "device_memory", "rss_bytes"]
+__all__ = [
+    "CPU_ALLOCATORS",
+    "clear_kernel_cache",
+    "cpu_allocator",
+    "cpu_pooled_bytes",
+    "device_memory",
+    "rss_bytes",
+    "tensorflow_allocated",
+]
+
+
+def tensorflow_allocated() -> bool:
+    """Whether TensorFlow may have allocated CPU memory: its eager context is initialized.
+
+    Until then it has not read ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR`` (read at its
+    first allocation). Checking does not initialize the context.
+    """
+    return context.context()._context_handle is not None
+
+
+# What TensorFlow's CPU allocator is, as ``cpu_allocator()`` names it.
+CPU_ALLOCATORS = ("onednn-pool", "onednn-system", "tensorflow")
+
+
+@functools.cache
+def cpu_allocator() -> str:
+    """Which CPU allocator TensorFlow runs with in this process.
+
+    ``onednn-pool``: oneDNN on, its allocator pooling freed blocks of 4 KiB or
+    more (never given back); ``onednn-system``: oneDNN on, with
+    ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR`` true (every block from malloc);
+    ``tensorflow``: oneDNN off, TensorFlow's own allocator over malloc. Both
+    settings are read once by TensorFlow, as here.
+    """
+    if not _pywrap_util_port.IsMklEnabled():
+        return "tensorflow"
+    # Parsed as TensorFlow's ReadBoolFromEnvVar does: "1" or "true", any case.
+    setting = os.environ.get("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "").strip().lower()
+    return "onednn-system" if setting in ("1", "true") else "onednn-pool"
+
+
+def cpu_pooled_bytes() -> int | None:
+    """Bytes freed into oneDNN's CPU pool and kept by it (at least), or ``None``.
+
+    The pool's regions grow to the largest working set and never shrink, so it
+    holds at least the peak bytes allocated less the bytes in use now: up to
+    about twice that, its regions growing by doubling (less if the peak was
+    reset with ``tf.config.experimental.reset_memory_stats``). 0 when there is
+    no pool;
+    ``None`` when TensorFlow does not report the CPU allocator's use.
+    """
+    if cpu_allocator() != "onednn-pool":
+        return 0
+    try:
+        info = tf.config.experimental.get_memory_info("CPU:0")
+    except (ValueError, tf.errors.OpError):
+        return None
+    return max(0, int(info["peak"]) - int(info["current"]))
 
 
 def clear_kernel_cache() -> None:

@@ -132,6 +132,11 @@ def statistics_rows(lc: types.ModuleType) -> list[tuple[str, str]]:
         ("kernel-cache clears", f"{stats.kernel_cache_clears}"),
         ("cleaner queue", f"{stats.cleaner_queue}"),
         ("process RSS", "-" if stats.rss_bytes is None else f"{stats.rss_bytes / MiB:.1f} MiB"),
+        ("CPU allocator", stats.cpu_allocator),
+        (
+            "freed, kept by oneDNN's pool",
+            "-" if stats.cpu_pooled_bytes is None else f"{stats.cpu_pooled_bytes / MiB:.1f} MiB",
+        ),
     ]
     rows += [
         (f"device {d.device}", f"{d.current_bytes / MiB:.1f} MiB (peak {d.peak_bytes / MiB:.1f})")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib
 import os
 import re
 import sys
@@ -127,9 +128,9 @@ def import_library() -> ModuleType:
         The ``lifecycle`` package.
     """
     with filtered_stderr():
+        # The library first: it applies LIFECYCLE_ALLOCATOR before TensorFlow starts.
+        lifecycle = importlib.import_module("lifecycle")
         import tensorflow as tf
-
-        import lifecycle
 
         tf.config.list_physical_devices()
     return lifecycle

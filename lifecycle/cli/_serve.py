@@ -13,8 +13,6 @@ TensorFlow), so a bad one is refused at once too.
 
 # No `from __future__ import annotations`: typer reads the command's annotations
 # at run time.
-import importlib
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -23,8 +21,10 @@ from typing import Annotated, Any
 
 import typer
 
+from ._allocator import allocator_option, choose_allocator
 from ._app import console
 from ._quiet import import_library
+from ._standalone import standalone
 
 SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
 _PACKAGE = Path(__file__).resolve().parent.parent  # lifecycle/
@@ -44,35 +44,6 @@ def batching_policy_class() -> type:
     standalone("lifecycle.errors", _PACKAGE / "errors.py")
     standalone("lifecycle._core._checks", _PACKAGE / "_core" / "_checks.py")
     return standalone("lifecycle._core._batcher", _PACKAGE / "_core" / "_batcher.py").BatchingPolicy
-
-
-def standalone(name: str, path: Path) -> ModuleType:
-    """The module ``name`` at ``path``, loaded on its own.
-
-    ``import lifecycle.<anything>`` runs ``lifecycle/__init__.py``, which imports
-    TensorFlow: seconds. A module that imports nothing of the library (or only
-    modules loaded so before it) is loaded from its file, as ``lifecycle_cli``
-    loads this package, under its own name: the library imports the same
-    module object later.
-    """
-    if name in sys.modules:
-        return sys.modules[name]
-    if "lifecycle" in sys.modules:  # TensorFlow is imported already: the usual way
-        try:
-            return importlib.import_module(name)
-        except ImportError:  # the serve extra is missing: said once the command runs
-            pass
-    package = [str(path.parent)] if path.name == "__init__.py" else None
-    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=package)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
 
 
 def refuse(error: Exception) -> typer.Exit:
@@ -273,6 +244,7 @@ def serve(
         ".keras archive's weights) load in the foreground, unpaced and at normal priority; "
         "larger ones load in the background. 0: every load in the background.",
     ),
+    allocator: str = allocator_option(),
 ) -> None:
     """Serve models over TensorFlow Serving's REST and gRPC APIs and KServe's v2 protocol.
 
@@ -325,10 +297,9 @@ def serve(
             checks.batching_policy(batching_policy_class(), given, batch_return_wait)
     except (ValueError, FileNotFoundError) as error:
         raise refuse(error) from None
-    if "tensorflow" not in sys.modules:  # read once, when TensorFlow is imported
-        # A serving process is better off without oneDNN's caching allocator
-        # (docs/registry.md).
-        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    # Read once, by `import lifecycle` before TensorFlow starts: a serving
+    # process gives an unloaded version's memory back (docs/allocator.md).
+    choose_allocator(allocator)
     import_library()
     if model_factory and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` does: factories of the project

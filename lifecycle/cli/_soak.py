@@ -21,6 +21,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from ._allocator import allocator_option, choose_allocator
 from ._app import MissingExtraError, console
 from ._plot import path_problem, plot_soak, require_matplotlib
 from ._quiet import import_library
@@ -36,6 +37,7 @@ def soak(
     variants: str = typer.Option("a,b,c", help="Comma-separated subset of a,b,c."),
     plot: str = typer.Option(None, help="Write a PNG chart of RSS per cycle here."),
     timeout: float = typer.Option(600.0, help="Seconds for the whole soak."),
+    allocator: str = allocator_option(),
 ) -> None:
     """Train and drop a model in a loop, three ways side by side, and compare memory.
 
@@ -54,11 +56,14 @@ def soak(
         problem = path_problem(plot)
         if problem is not None:
             raise typer.BadParameter(problem, param_hint="'--plot'")
+    # Every variant's process runs with it (LIFECYCLE_ALLOCATOR, inherited).
+    chosen_allocator = choose_allocator(allocator)
     out = console()
     model_mib = weights_mib(units)
     out.print(
         f"Soak: MLP 784-{units}-{units}-10 + Adam ({model_mib:.1f} MiB of weights and "
-        f"slots), {cycles} cycles per variant, variants side by side"
+        f"slots), {cycles} cycles per variant, variants side by side, "
+        f"CPU allocator: {chosen_allocator}"
     )
     # Only for the trend fit: the children train, this process reads their samples.
     import_library()

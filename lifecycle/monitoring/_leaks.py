@@ -73,10 +73,14 @@ class LeakReport:
         leaks: Each leaked object with its chain.
         summarized: Leaked objects not listed one by one (for example the
             variables of a model already listed), by kind.
+        pooled_bytes: Bytes freed into oneDNN's CPU pool and kept there rather
+            than returned to the system (not a leak: the process reuses them),
+            as ``lc.statistics().cpu_pooled_bytes``; ``None`` where unknown.
     """
 
     leaks: tuple[Leak, ...] = ()
     summarized: tuple[tuple[str, int], ...] = ()
+    pooled_bytes: int | None = 0
 
     def __bool__(self) -> bool:
         return bool(self.leaks)
@@ -88,8 +92,9 @@ class LeakReport:
         return iter(self.leaks)
 
     def __str__(self) -> str:
+        pooled = self._pooled_line()
         if not self.leaks:
-            return "no leaks: nothing disposed is reachable, no managed model left live"
+            return "no leaks: nothing disposed is reachable, no managed model left live" + pooled
         counts: dict[str, int] = {}
         for leak in self.leaks:
             counts[leak.kind] = counts.get(leak.kind, 0) + 1
@@ -97,7 +102,16 @@ class LeakReport:
         lines = [f"{len(self.leaks)} leak(s): {head}"]
         lines += [f"  [{leak.kind}] {leak}" for leak in self.leaks]
         lines += [f"  (and {n} more {kind}s, not listed)" for kind, n in self.summarized]
-        return "\n".join(lines)
+        return "\n".join(lines) + pooled
+
+    def _pooled_line(self) -> str:
+        if not self.pooled_bytes:
+            return ""
+        return (
+            f"\nfreed memory kept by oneDNN's CPU pool, not returned to the system: "
+            f"{self.pooled_bytes / 2**20:.1f} MiB (reused by this process; "
+            "LIFECYCLE_ALLOCATOR=system before import lifecycle returns it)"
+        )
 
 
 def describe(obj: Any) -> str:
@@ -286,7 +300,7 @@ def _report(
             # The failed search's chain is [obj]: a holder of the report's own.
             held = _referrers(obj, {*ignore_ids, id(chain)})
             leaks.append(Leak(kind, describe(obj), (), held))
-    return LeakReport(tuple(leaks), tuple(summarized.items()))
+    return LeakReport(tuple(leaks), tuple(summarized.items()), _tf.memory.cpu_pooled_bytes())
 
 
 def live_models(models: Iterable[Any] | None = None) -> list[Any]:

@@ -129,6 +129,14 @@ class LifecycleCollector:
                 "Resident set size of the process.",
                 stats.rss_bytes,
             )
+        if stats.cpu_pooled_bytes is not None:
+            family = core.GaugeMetricFamily(
+                "lifecycle_cpu_pooled_bytes",
+                "Bytes freed into oneDNN's CPU pool and kept there, not returned to the system.",
+                labels=["allocator"],
+            )
+            family.add_metric([stats.cpu_allocator], stats.cpu_pooled_bytes)
+            yield family
         if stats.device_memory:
             family = core.GaugeMetricFamily(
                 "lifecycle_device_memory_bytes",

@@ -62,6 +62,16 @@ class Statistics:
         cleaner_queue: Cleanup tasks waiting, in every cleaner.
         rss_bytes: Resident set size of the process (``None`` where unknown).
         device_memory: Per-GPU allocation, where TensorFlow reports it.
+        cpu_allocator: TensorFlow's CPU allocator: ``"onednn-pool"`` (oneDNN
+            on, its allocator keeping freed blocks of 4 KiB or more for reuse,
+            never for the system), ``"onednn-system"`` (oneDNN on, blocks from
+            malloc: ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``, as with
+            ``LIFECYCLE_ALLOCATOR=system``) or ``"tensorflow"`` (oneDNN off).
+        cpu_pooled_bytes: Bytes freed into oneDNN's pool and held there, not
+            returned to the system: at least the CPU allocator's peak use less
+            its use now (the pool may hold up to about twice that: its regions
+            grow by doubling). 0 without the pool; ``None`` where TensorFlow does not
+            report the CPU allocator's use.
     """
 
     live_models: int
@@ -82,6 +92,8 @@ class Statistics:
     cleaner_queue: int
     rss_bytes: int | None
     device_memory: tuple[DeviceMemory, ...]
+    cpu_allocator: str = "tensorflow"
+    cpu_pooled_bytes: int | None = 0
 
 
 def statistics(*, count_graphs: bool = True) -> Statistics:
@@ -125,4 +137,6 @@ def statistics(*, count_graphs: bool = True) -> Statistics:
         cleaner_queue=sum(cleaner.statistics().queued for cleaner in all_cleaners()),
         rss_bytes=_tf.memory.rss_bytes(),
         device_memory=tuple(DeviceMemory(*entry) for entry in _tf.memory.device_memory()),
+        cpu_allocator=_tf.memory.cpu_allocator(),
+        cpu_pooled_bytes=_tf.memory.cpu_pooled_bytes(),
     )

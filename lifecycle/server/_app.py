@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .. import _tf
 from .._core import tune_allocator
 from .._registry import ModelRegistry
 from ..errors import LifecycleError
@@ -261,7 +262,9 @@ def serve(config: ServerConfig) -> None:
             process ran a TensorFlow op with other counts already.
     """
     set_parallelism(config)
-    if config.tune_allocator:
+    # Not over the system allocator: a low mmap threshold would map and zero every
+    # block afresh (ResNet50's training step 1.98x, docs/allocator.md).
+    if config.tune_allocator and _tf.memory.cpu_allocator() != "onednn-system":
         tune_allocator()
     registry = ModelRegistry(
         memory_budget=config.memory_budget,
