@@ -63,14 +63,14 @@ def test_default_probe_reads_rss():
 
 
 def test_callback_logs_memory_and_runs_safe_points(tmp_path):
-    with lc.LifecycleSession(cleanup=lc.CleanupStrategy.ON_SAFE_POINTS):
+    with lc.LifecycleSession(cleanup=lc.CleanupStrategy.ON_SAFE_POINTS) as session:
         # A managed model dropped without dispose(): its clean-up waits for a
         # safe point. The plain model's fit has none of its own; the callback's
-        # safe point runs it.
+        # safe point runs it. (This session's queue: other cleaners may be busy.)
         dropped = lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(300)]))
         del dropped
         gc.collect()
-        assert lc.statistics().cleaner_queue == 1
+        assert session.statistics().cleaner.queued == 1
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
         model.compile("adam", "mse")
         # Recorded, not pytest.warns: that re-emits unrelated warnings (a NumPy 2
@@ -89,7 +89,7 @@ def test_callback_logs_memory_and_runs_safe_points(tmp_path):
             issubclass(w.category, ResourceWarning) and "without dispose" in str(w.message)
             for w in caught
         )
-        assert lc.statistics().cleaner_queue == 0
+        assert session.statistics().cleaner.queued == 0
     logs = history.history
     assert len(logs["lifecycle_rss_mib"]) == 2 and logs["lifecycle_rss_mib"][0] > 50
     assert logs["lifecycle_live_models"][0] >= 0 and "lifecycle_owned_mib" in logs
@@ -156,6 +156,10 @@ def test_prometheus_exposition_parses_back_and_follows_the_statistics():
     # A counter: a collection on the cleaner's thread may clear the cache meanwhile.
     scraped = after[("lifecycle_kernel_cache_clears_total", ())]
     assert clears <= scraped <= lc.statistics(count_graphs=False).kernel_cache_clears
+    # Where freed CPU memory is: oneDNN's pool, labelled with the allocator in use.
+    allocator = stats.cpu_allocator
+    pooled = after[("lifecycle_cpu_pooled_bytes", (("allocator", allocator),))]
+    assert pooled >= 0 if allocator == "onednn-pool" else pooled == 0
 
 
 def test_prometheus_reports_registry_versions_and_serves_on_loopback():

@@ -41,7 +41,8 @@ def test_statistics_follow_manage_dispose_and_clean_up():
             session.safe_point()
     cleaned = lc.statistics()
     assert cleaned.models_cleaned == before.models_cleaned + 1
-    assert cleaned.cleaner_queue == 0
+    # Its queue ran; other cleaners (a collection on the default session's) may be busy.
+    assert session.statistics().cleaner.queued == 0 <= cleaned.cleaner_queue
 
 
 def test_statistics_snapshot_is_frozen_and_probes_memory():

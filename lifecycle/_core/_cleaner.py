@@ -293,6 +293,24 @@ class Cleaner:
         if collect:
             self._request_collection()
 
+    def note_garbage(self, nbytes: int) -> None:
+        """Count bytes held by reference cycles that only a collection frees, as pressure.
+
+        A disposed model's traced step functions (their graphs), a SavedModel's
+        restored copy of its variables: not buffers a model allocated, so not
+        in ``bytes_allocated``.
+        """
+        if nbytes <= 0:
+            return
+        if self._successor is not None:
+            self._successor.note_garbage(nbytes)
+            return
+        with self._lock:
+            self._pending[None] = self._pending.get(None, 0) + nbytes
+            collect = self._update_pressure()
+        if collect:
+            self._request_collection()
+
     def note_disposed(self, owner: Hashable) -> None:
         """``owner`` released its buffers: what it allocated is no longer pressure."""
         if self._successor is not None:

@@ -162,7 +162,8 @@ def build_version(
                 serve(request)
             signature = signature_of(serve, _input_names(model))
             others = {}
-            for saved in _tf.saved_signatures(model).values():
+            saved_signatures = _tf.saved_signatures(model)
+            for saved in saved_signatures.values():
                 if saved.name == _tf.SERVING_SIGNATURE:
                     signature = attrs.evolve(signature, method_name=saved.method_name)
                 else:
@@ -185,6 +186,10 @@ def build_version(
     loaded.model, loaded.serve, loaded.signature = model, serve, signature
     loaded.others = others
     loaded.nbytes = model.owned_bytes
+    if saved_signatures:
+        # tf.saved_model.load's restored functions keep a copy of the variables,
+        # in reference cycles: freed by a collection once the version is gone.
+        loaded.collectable_bytes = loaded.nbytes
     loaded.load_seconds = time.perf_counter() - started
     return loaded
 

@@ -53,6 +53,12 @@ class Retirement:
             self._defer(lambda: self.dispose(loaded))
 
     def dispose(self, loaded: LoadedVersion) -> None:
-        """Close the version's session (disposing its model), then forget it."""
+        """Close the version's session (disposing its model), then forget it.
+
+        What only a collection frees becomes byte pressure on the registry's
+        cleaner (the closed session's successor): a collection follows once
+        enough has piled up (``pressure_threshold``), not with every unload.
+        """
         loaded.session.close()
+        loaded.session.cleaner.note_garbage(loaded.collectable_bytes)
         self._table.remove(loaded)

@@ -41,6 +41,9 @@ class LoadedVersion:
     )
     state: VersionState = VersionState.LOADING
     nbytes: int = 0
+    # Bytes only a collection frees once the version is disposed (a SavedModel's
+    # restored functions hold a copy of its variables in reference cycles).
+    collectable_bytes: int = 0
     load_seconds: float = 0.0
     # Builds this version again from the same source (a failed load's rollback).
     rebuild: Callable[[], LoadedVersion] | None = attrs.field(default=None, repr=False)

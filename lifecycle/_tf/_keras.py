@@ -71,8 +71,9 @@ ENTRY_POINTS = (
 #: Private attributes in which a compiled Keras model keeps its compiled loss,
 #: metrics, loss tracker and compile arguments.
 COMPILED_STATE = ("_compile_loss", "_compile_metrics", "_loss_tracker", "_compile_config")
-# Public attributes holding traced step functions and the optimizer.
-_TRAINING_STATE = ("train_function", "test_function", "predict_function", "optimizer")
+# Public attributes holding traced step functions, and the optimizer.
+STEP_FUNCTIONS = ("train_function", "test_function", "predict_function")
+_TRAINING_STATE = (*STEP_FUNCTIONS, "optimizer")
 
 # Keys of Keras's per-thread state (keras.src.backend.common.global_state) that
 # keras.backend.clear_session() discards: the layer-name counters and the
@@ -204,6 +205,11 @@ def drop_compiled_state(model: keras.Model) -> None:
             pinned.
     """
     detach_compiled_state(model).clear()
+
+
+def step_functions(model: keras.Model) -> int:
+    """How many traced step functions (train, test, predict) ``model`` holds."""
+    return sum(getattr(model, name, None) is not None for name in STEP_FUNCTIONS)
 
 
 def detach_compiled_state(model: keras.Model) -> list[Any]:

@@ -104,6 +104,23 @@ def test_a_disposed_owner_leaves_nothing_to_collect():
     assert len(calls) == 1
 
 
+def test_garbage_is_pressure_but_not_allocated_bytes_and_follows_the_successor():
+    cleaner, calls = make(CleanupStrategy.ON_SAFE_POINTS, threshold=100)
+    cleaner.note_garbage(60)  # a disposed model's step functions, say
+    cleaner.note_garbage(0)
+    stats = cleaner.statistics()
+    assert (stats.pressure_bytes, stats.bytes_allocated) == (60, 0)
+    cleaner.note_garbage(40)
+    cleaner.safe_point()
+    assert len(calls) == 1 and cleaner.statistics().pressure_bytes == 0
+    successor, later = make(CleanupStrategy.ON_SAFE_POINTS, threshold=100)
+    cleaner.close(successor)
+    cleaner.note_garbage(150)  # a version's SavedModel copy, after its session closed
+    assert successor.statistics().pressure_bytes == 150
+    successor.safe_point()
+    assert len(later) == 1
+
+
 def test_background_collects_when_a_superseded_owner_passes_the_threshold():
     cleaner, calls = make(CleanupStrategy.IN_BACKGROUND, threshold=100)
     first, second = object(), object()
