@@ -1,48 +1,58 @@
-"""Allocator benchmark: what oneDNN's CPU allocator settings cost in training and inference.
+"""Allocator benchmark: which CPU allocator setting gives memory back, at what cost.
 
-With oneDNN's kernels on (TensorFlow's default on x86 Linux), TensorFlow's
-CPU allocator keeps every block of 4 KiB or more in a pool that grows to the
-largest working set and never shrinks, so memory a disposed model released
-stays with the process (``benchmarks/sweep.py``). Two settings, read once when
-TensorFlow starts, avoid the pool; this measures what they cost, one variant
-per fresh child process:
+With oneDNN's kernels on (TensorFlow's default on x86 CPUs with AVX-512 VNNI,
+BF16 or AMX), TensorFlow's CPU allocator keeps every block of 4 KiB or more in
+a pool that grows to the largest working set and never shrinks, so memory a
+disposed model released stays with the process. The settings that avoid it are
+read once when TensorFlow starts; this measures each, one variant per fresh
+child process:
 
-    pool      TensorFlow's defaults: oneDNN on, its pooling CPU allocator
-    system    ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``: oneDNN's kernels, every
-              block from the system allocator (glibc), freed when released
-    nodnn     ``TF_ENABLE_ONEDNN_OPTS=0``: neither oneDNN's kernels nor its
-              allocator (what ``lifecycle serve`` sets unless told otherwise)
+    pool          TensorFlow's defaults: oneDNN on, its pooling CPU allocator
+    system        ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1`` alone: oneDNN's kernels,
+                  every block from glibc, freed when released
+    system-tuned  as ``system``, and ``lc.tune_allocator()`` (a 64 KiB glibc
+                  mmap threshold, a trim after every collection)
+    lc-system     ``LIFECYCLE_ALLOCATOR=system``: as ``system``, with glibc kept
+                  from mapping and unmapping large blocks on every step (one
+                  arena, no per-block mappings, trims by the cleaners)
+    nodnn         ``TF_ENABLE_ONEDNN_OPTS=0``: neither oneDNN's kernels nor its
+                  allocator
 
 Each child first checks what the setting did: it allocates a 64 MiB tensor,
 drops it, and reads how many bytes glibc still has mapped on their own
-(``mallinfo2``): with the pool they stay mapped, without it they are gone.
-Then, for two models, it times steady-state steps after a warm-up (the traced
-functions built, the pool or the heap grown):
+(``mallinfo2``). Then, for each model, on the user's path (managed, fitted,
+disposed, nothing settled):
 
     resnet50  ``keras.applications.ResNet50(weights=None)`` at ``--input-size``
               (64), 10 classes, Adam: ``train_on_batch`` on ``--batch`` (16)
-              images, and a traced ``model(x, training=False)`` on 1 image
+              images; traced ``model(x, training=False)`` on 1 and 32 images
     mlp       the 3-layer MLP of ``benchmarks/loop_training.py`` whose weights
-              and Adam slots hold 100 MiB: ``train_on_batch`` on 64 rows, and a
-              traced call on 1 row
+              and Adam slots hold 100 MiB: ``train_on_batch`` on 64 rows;
+              traced calls on 1 and 32 rows
 
-Each time is the median of ``--steps`` training steps and ``--calls``
-inference calls. The child also reports its peak RSS. Variants run in
-``--rounds`` rounds (5 by default), a fresh child per variant per round, the
-order rotating between rounds; cells are medians over the rounds (min-max),
-and a setting's ratio to ``pool`` is taken within each round, then reported
-as the median of those per-round ratios (min-max). The parent exits non-zero
-if a child fails, and names the failed children.
+Each time is the median of ``--steps`` training steps (with the minor page
+faults per step) and ``--calls`` inference calls, after a warm-up. Then the
+model is disposed and the child waits 3 s: *returned* is the RSS that came
+back, as a share of what the RSS grew by from before the model was built, and
+*pooled* what ``lc.statistics().cpu_pooled_bytes`` reports. Models run in
+order ``resnet50`` then ``mlp``, so the second starts where the first left
+the process. The child also reports its peak RSS. Variants run in
+``--rounds`` rounds (3 by default), a fresh child per variant per round, the
+order rotating; cells are medians over the rounds (min-max), and a setting's
+ratio to ``pool`` is taken within each round, then reported as the median of
+those per-round ratios (min-max). The parent exits non-zero if a child fails,
+and names the failed children.
 
 Run (from the repository root, with the package and psutil installed)::
 
-    python benchmarks/allocator.py                  # 5 rounds x 3 variants, about 10 min
-    python benchmarks/allocator.py --rounds 1 --models mlp --variants pool,system
+    python benchmarks/allocator.py                  # 3 rounds x 5 variants, about 25 min
+    python benchmarks/allocator.py --rounds 1 --models mlp --variants pool,lc-system
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import sys
@@ -56,8 +66,18 @@ from sweep import NO_ONEDNN, SYSTEM_ALLOCATOR, libc, mallinfo, use_settings
 import _harness
 from _harness import MIB
 
-VARIANTS = ("pool", "system", "nodnn")
-SETTINGS = {"pool": {}, "system": {SYSTEM_ALLOCATOR: "1"}, "nodnn": {NO_ONEDNN: "0"}}
+VARIANTS = ("pool", "system", "system-tuned", "lc-system", "nodnn")
+LIFECYCLE_ALLOCATOR = "LIFECYCLE_ALLOCATOR"
+SETTINGS = {
+    "pool": {},
+    "system": {SYSTEM_ALLOCATOR: "1"},
+    "system-tuned": {SYSTEM_ALLOCATOR: "1"},
+    "lc-system": {LIFECYCLE_ALLOCATOR: "system"},
+    "nodnn": {NO_ONEDNN: "0"},
+}
+INFER_BATCH = 32
+# How long a child waits after dispose() before reading what came back.
+RETURN_WAIT = 3.0
 MODELS = ("resnet50", "mlp")
 CLASSES = 10
 MLP_MIB = 100.0
@@ -90,22 +110,50 @@ def median_ms(step: Callable[[], Any], count: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
-    """Steady-state training step and batch-1 inference times of one model, in ms."""
-    import keras
+def minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def timings(name: str, model: Any, x: Any, y: Any, args: argparse.Namespace) -> dict[str, float]:
+    """Steady-state step and call times of ``model``, and page faults per step."""
     import numpy as np
     import tensorflow as tf
 
+    for _ in range(2):  # traces the step, then grows the pool or the heap
+        model.train_on_batch(x, y)
+    infer = tf.function(lambda rows: model(rows, training=False))
+    one = tf.constant(x[:1])
+    many = tf.constant(np.resize(x, (INFER_BATCH, *x.shape[1:])))
+    for _ in range(3):
+        infer(one).numpy()
+        infer(many).numpy()
+    faults = minor_faults()
+    result = {f"{name}_train_ms": median_ms(lambda: model.train_on_batch(x, y), args.steps)}
+    result[f"{name}_faults"] = (minor_faults() - faults) / args.steps
+    result[f"{name}_infer_ms"] = median_ms(lambda: infer(one).numpy(), args.calls)
+    result[f"{name}_infer32_ms"] = median_ms(lambda: infer(many).numpy(), args.calls)
+    return result
+
+
+def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
+    """One model on the user's path: step and call times, then what dispose gave back."""
+    import keras
+    import numpy as np
+    import psutil
+
+    import lifecycle as lc
     from lifecycle.cli._soak_worker import build_mlp
 
+    process = psutil.Process()
     rng = np.random.default_rng(0)
+    before = process.memory_info().rss
     if name == "mlp":
-        model = build_mlp(units_for_mib(MLP_MIB), managed=False)
+        model = build_mlp(units_for_mib(MLP_MIB), managed=True)
         x = rng.standard_normal((MLP_BATCH, INPUT_DIM), dtype=np.float32)
     else:
         side = args.input_size
-        model = keras.applications.ResNet50(
-            weights=None, input_shape=(side, side, 3), classes=CLASSES
+        model = lc.manage(
+            keras.applications.ResNet50(weights=None, input_shape=(side, side, 3), classes=CLASSES)
         )
         model.compile(
             optimizer=keras.optimizers.Adam(1e-3),
@@ -113,24 +161,30 @@ def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
         )
         x = rng.standard_normal((args.batch, side, side, 3), dtype=np.float32)
     y = rng.integers(0, CLASSES, size=len(x))
-    for _ in range(2):  # traces the step, then grows the pool or the heap
-        model.train_on_batch(x, y)
-    infer = tf.function(lambda rows: model(rows, training=False))
-    one = tf.constant(x[:1])
-    for _ in range(3):
-        infer(one).numpy()
-    return {
-        f"{name}_train_ms": median_ms(lambda: model.train_on_batch(x, y), args.steps),
-        f"{name}_infer_ms": median_ms(lambda: infer(one).numpy(), args.calls),
-    }
+    result = timings(name, model, x, y, args)
+    fitted = process.memory_info().rss
+    model.dispose()
+    del model
+    time.sleep(RETURN_WAIT)
+    after = process.memory_info().rss
+    result[f"{name}_returned"] = (fitted - after) / max(1, fitted - before)
+    result[f"{name}_returned_mib"] = (fitted - after) / MIB
+    pooled = lc.statistics(count_graphs=False).cpu_pooled_bytes
+    result[f"{name}_pooled_mib"] = -1.0 if pooled is None else pooled / MIB
+    return result
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+    os.environ.pop(LIFECYCLE_ALLOCATOR, None)
     use_settings(SETTINGS[variant])
-    from tensorflow.python.util import _pywrap_util_port
+    import lifecycle as lc  # before TensorFlow: it reads LIFECYCLE_ALLOCATOR
 
+    if variant == "system-tuned":
+        lc.tune_allocator()
+    allocator = lc.statistics(count_graphs=False).cpu_allocator
     result: dict[str, Any] = {
-        "onednn": bool(_pywrap_util_port.IsMklEnabled()),
+        "onednn": allocator != "tensorflow",
+        "cpu_allocator": allocator,
         "released_mapped_mib": released_tensor_mapped(),
     }
     for name in args.models:
@@ -145,14 +199,25 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 LABELS = {
     "pool": "pool: defaults",
     "system": f"system: {SYSTEM_ALLOCATOR}=1",
+    "system-tuned": f"system-tuned: {SYSTEM_ALLOCATOR}=1, lc.tune_allocator()",
+    "lc-system": f"lc-system: {LIFECYCLE_ALLOCATOR}=system",
     "nodnn": f"nodnn: {NO_ONEDNN}=0",
 }
-METRICS = (
-    ("resnet50", "resnet50_train_ms", "ResNet50 train step ms"),
-    ("resnet50", "resnet50_infer_ms", "ResNet50 batch-1 call ms"),
-    ("mlp", "mlp_train_ms", "MLP train step ms"),
-    ("mlp", "mlp_infer_ms", "MLP batch-1 call ms"),
+METRICS = tuple(
+    (model, f"{model}_{key}", f"{label} {what}")
+    for model, label in (("resnet50", "ResNet50"), ("mlp", "MLP"))
+    for key, what in (
+        ("train_ms", "train step ms"),
+        ("faults", "page faults/step"),
+        ("infer_ms", "batch-1 call ms"),
+        ("infer32_ms", "batch-32 call ms"),
+        ("returned", "RSS returned"),
+        ("returned_mib", "returned MiB"),
+        ("pooled_mib", "pooled MiB"),
+    )
 )
+# Shares and counts get no ratio column: a ratio of shares reads as nonsense.
+NO_RATIO = ("_returned", "_returned_mib", "_pooled_mib", "_faults")
 
 
 def table_rows(rounds: _harness.Rounds, args: argparse.Namespace) -> list[list[str]]:
@@ -162,10 +227,16 @@ def table_rows(rounds: _harness.Rounds, args: argparse.Namespace) -> list[list[s
     metrics = [(key, label) for model, key, label in METRICS if model in args.models]
     for key, label in [*metrics, ("peak_rss_mib", "peak RSS MiB")]:
         row = [label]
+        spec = ",.2f" if key.endswith(("infer_ms", "_returned")) else ",.1f"
+        if key.endswith("_faults"):
+            spec = ",.0f"
         for variant in args.variants:
-            row.append(rounds.cell(variant, key, ",.2f" if key.endswith("infer_ms") else ",.1f"))
+            row.append(rounds.cell(variant, key, spec))
         if "pool" in args.variants:
-            row += [rounds.ratio_cell(key, variant, "pool") for variant in others]
+            if key.endswith(NO_RATIO):
+                row += ["" for _ in others]
+            else:
+                row += [rounds.ratio_cell(key, variant, "pool") for variant in others]
         rows.append(row)
     return rows
 
@@ -191,7 +262,8 @@ def describe_run(args: argparse.Namespace) -> list[str]:
         *_harness.machine_lines(),
         f"models:   ResNet50 at {side}x{side}x3, 10 classes, Adam, train batch {args.batch}; "
         f"MLP {INPUT_DIM}-{units_for_mib(MLP_MIB)}-{units_for_mib(MLP_MIB)}-10 "
-        f"({MLP_MIB:g} MiB with Adam slots), train batch {MLP_BATCH}; inference: 1 row",
+        f"({MLP_MIB:g} MiB with Adam slots), train batch {MLP_BATCH}; inference: 1 and "
+        f"{INFER_BATCH} rows",
         f"times:    median of {args.steps} training steps and {args.calls} inference calls, "
         "after a warm-up",
         _harness.rounds_line(args.rounds),
@@ -212,7 +284,12 @@ def run_parent(args: argparse.Namespace) -> int:
         "       pool's in the same round, median of the per-round ratios (min-max)",
         "pool:   TensorFlow's defaults (oneDNN on, its pooling CPU allocator)",
         f"system: {SYSTEM_ALLOCATOR}=1 (oneDNN's kernels, glibc's malloc/free)",
+        "system-tuned: as system, with lc.tune_allocator() (64 KiB mmap threshold, trims)",
+        f"lc-system: {LIFECYCLE_ALLOCATOR}=system (as system; glibc: one arena, no",
+        "       per-block mappings, 1 GiB trim threshold; the cleaners trim)",
         f"nodnn:  {NO_ONEDNN}=0 (TensorFlow's own kernels and CPU allocator)",
+        f"RSS returned: what came back within {RETURN_WAIT:g} s of dispose(), over what the",
+        "       RSS grew by from before the model was built; pooled: cpu_pooled_bytes then",
     ]
     _harness.print_report(
         describe_run(args), header, table_rows(rounds, args), legend, notes(rounds)
@@ -237,7 +314,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--calls", type=_harness.positive_int, default=50, help="timed inference calls per model"
     )
     _harness.add_variants_argument(parser, VARIANTS)
-    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0, rounds=5)
+    _harness.add_child_arguments(parser, VARIANTS, timeout=600.0, rounds=3)
     args = parser.parse_args(argv)
     if args.timeout <= 0:
         parser.error("--timeout must be positive")

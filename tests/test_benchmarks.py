@@ -314,8 +314,12 @@ def test_the_allocator_benchmark_shows_each_setting_against_the_pool(
     load_script, monkeypatch, capsys
 ):
     module = load_script("allocator.py")
-    args = module.parse_args(["--models", "mlp", "--rounds", "2"])
+    args = module.parse_args(
+        ["--models", "mlp", "--rounds", "2", "--variants", "pool,system,nodnn"]
+    )
     times = {"mlp_train_ms": 40.0, "mlp_infer_ms": 2.0, "peak_rss_mib": 900}
+    times |= {"mlp_infer32_ms": 5.0, "mlp_faults": 100.0, "mlp_returned": 0.2}
+    times |= {"mlp_returned_mib": 20.0, "mlp_pooled_mib": 400.0}
     fake_children(
         monkeypatch,
         module,
@@ -329,7 +333,18 @@ def test_the_allocator_benchmark_shows_each_setting_against_the_pool(
     assert module.run_parent(args) == 0
     out = capsys.readouterr().out
     rows = table(out.splitlines(), "measurement", "pool", "system", "nodnn")
-    assert set(rows) == {"MLP train step ms", "MLP batch-1 call ms", "peak RSS MiB"}
+    assert set(rows) == {
+        "MLP train step ms",
+        "MLP page faults/step",
+        "MLP batch-1 call ms",
+        "MLP batch-32 call ms",
+        "MLP RSS returned",
+        "MLP returned MiB",
+        "MLP pooled MiB",
+        "peak RSS MiB",
+    }
+    # Shares and counts get no ratio: a ratio of shares reads as nonsense.
+    assert rows["MLP RSS returned"][1:] == ["0.20 (0.20-0.20)"] * 3, rows["MLP RSS returned"]
     train, infer = rows["MLP train step ms"], rows["MLP batch-1 call ms"]
     assert train[1:] == ["40.0 (40.0-40.0)", "44.0 (44.0-44.0)", "40.0 (40.0-40.0)",
                          "1.10x (1.10-1.10)", "1.00x (1.00-1.00)"]  # fmt: skip
@@ -1223,20 +1238,27 @@ def test_dispose_benchmark_compares_an_application_with_the_mlp():
 @pytest.mark.benchmark
 def test_allocator_benchmark_times_each_setting_and_sees_what_it_does():
     lines = run_benchmark(
-        "allocator.py", *("--rounds", "1", "--models", "mlp", "--steps", "2", "--calls", "3")
+        "allocator.py",
+        *("--rounds", "1", "--models", "mlp", "--steps", "2", "--calls", "3"),
+        *("--variants", "pool,lc-system,nodnn"),
     )
-    rows = table(lines, "measurement", "pool", "system", "nodnn")
-    assert set(rows) == {"MLP train step ms", "MLP batch-1 call ms", "peak RSS MiB"}
-    for row in rows.values():
+    rows = table(lines, "measurement", "pool", "lc-system", "nodnn")
+    timed = {"MLP train step ms", "MLP batch-1 call ms", "MLP batch-32 call ms", "peak RSS MiB"}
+    assert timed < set(rows), set(rows)
+    for name in timed:
+        row = rows[name]
         assert all(float(cell.replace(",", "")) > 0 for cell in row[1:4]), row
         assert all(re.fullmatch(r"\d+\.\d\dx", cell) for cell in row[4:]), row
+    # The pool reports what it holds; the settings that avoid it hold nothing.
+    pooled = [float(cell.split()[0].replace(",", "")) for cell in rows["MLP pooled MiB"][1:4]]
+    assert pooled[0] > 0 and pooled[1:] == [0.0, 0.0], pooled
     # Each child's own check of its setting: only the pool keeps a dropped block mapped.
     kept = {
         line.split(":")[0].strip(): float(line.rsplit(": ", 1)[1].split()[0])
         for line in lines
         if "of a dropped 64 MiB tensor still mapped" in line
     }
-    assert kept["pool"] >= 60 and kept["system"] < 4 and kept["nodnn"] < 4, kept
+    assert kept["pool"] >= 60 and kept["lc-system"] < 4 and kept["nodnn"] < 4, kept
 
 
 @pytest.mark.subprocess
