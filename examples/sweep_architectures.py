@@ -4,15 +4,16 @@ Each architecture is built, managed, fitted one step and disposed. ``dispose()``
 frees its buffers, and the session's cleaner hands glibc's free heap back to the
 system; but with oneDNN on (TensorFlow's default on x86 Linux), TensorFlow's CPU
 allocator keeps every block in a pool that grows to the largest model and is
-never returned. ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``, set before TensorFlow
-starts, keeps oneDNN's kernels and takes every block from the system allocator
-instead. It is process-wide, so it is the program's choice, made here on its
-first lines; docs/sweeps.md gives what it costs and what it saves.
+never returned. ``LIFECYCLE_ALLOCATOR=system``, set before ``import lifecycle``,
+keeps oneDNN's kernels and takes every block from the system allocator instead.
+It is process-wide, so it is the program's choice, made here on its first
+lines; docs/allocator.md gives what it costs, docs/sweeps.md what it saves.
 
 Run: python examples/sweep_architectures.py [--archs MobileNetV2,ResNet50] [--side 96]
-     TF_ONEDNN_USE_SYSTEM_ALLOCATOR=0 python examples/sweep_architectures.py  # the pool
+     LIFECYCLE_ALLOCATOR=tensorflow python examples/sweep_architectures.py  # the pool
 
-Measured on 2 cores, one run each with the defaults: after ResNet50, the RSS was 313
+Measured on 2 cores, one run each with the defaults and TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1
+(what LIFECYCLE_ALLOCATOR=system sets for TensorFlow): after ResNet50, the RSS was 313
 MiB under the first model's with the system allocator, 223 MiB over it with the pool.
 """
 
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import os
 
-# Read once, when TensorFlow allocates its first tensor: set it before importing it.
-os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
+# Read by `import lifecycle`, before it imports TensorFlow (which reads its settings once).
+os.environ.setdefault("LIFECYCLE_ALLOCATOR", "system")
 
 import argparse
 
@@ -51,8 +52,9 @@ def main() -> None:
     parser.add_argument("--side", type=int, default=96, help="input height and width")
     parser.add_argument("--batch", type=int, default=16, help="images per fit step")
     args = parser.parse_args()
-    setting = os.environ["TF_ONEDNN_USE_SYSTEM_ALLOCATOR"]
-    print(f"TF_ONEDNN_USE_SYSTEM_ALLOCATOR={setting}")
+    setting = os.environ["LIFECYCLE_ALLOCATOR"]
+    allocator = statistics(count_graphs=False).cpu_allocator
+    print(f"LIFECYCLE_ALLOCATOR={setting}: TensorFlow's CPU allocator {allocator}")
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((args.batch, args.side, args.side, 3), dtype=np.float32)
