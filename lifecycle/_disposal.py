@@ -115,10 +115,9 @@ class DisposeReport:
         return self.drain_seconds + self.release_seconds + self.collect_seconds
 
 
-def _pooled(per_device: dict[str, tuple[int, int]]) -> bool:
-    """Whether bytes released on a CPU went to oneDNN's pool rather than the system."""
-    on_cpu = any(":CPU:" in device.upper() and nbytes for device, (nbytes, _) in per_device.items())
-    return on_cpu and _tf.memory.cpu_allocator() == "onednn-pool"
+def _pooled(cpu_bytes: int) -> bool:
+    """Whether ``cpu_bytes`` released went to oneDNN's pool rather than the system."""
+    return cpu_bytes > 0 and _tf.memory.cpu_allocator() == "onednn-pool"
 
 
 @attrs.define(eq=False)
@@ -282,7 +281,9 @@ class ModelRecord:
                     DeviceRelease(device, nbytes, count)
                     for device, (nbytes, count) in sorted(per_device.items())
                 ),
-                pooled=_pooled(per_device),
+                pooled=_pooled(
+                    sum(n for device, (n, _) in per_device.items() if ":CPU:" in device.upper())
+                ),
             )
             return self.report
 
@@ -389,7 +390,7 @@ class ModelRecord:
                 drain_seconds=0.0,
                 release_seconds=time.perf_counter() - started,
                 collect_seconds=0.0,
-                pooled=released > 0 and _tf.memory.cpu_allocator() == "onednn-pool",
+                pooled=_pooled(released),  # a dropped model's devices are not known
             )
             self.owner.cleaner.note_disposed(self)
             self.owner.cleaner.note_released(released)

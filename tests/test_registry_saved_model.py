@@ -321,7 +321,8 @@ from lifecycle._core import all_cleaners
 from lifecycle._core._malloc import trim
 from lifecycle._session import collect
 
-lc.tune_allocator()
+if lc.statistics(count_graphs=False).cpu_allocator != "onednn-system":
+    lc.tune_allocator()  # as lifecycle serve: never over the system allocator
 
 def rss_mib():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20

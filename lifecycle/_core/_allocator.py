@@ -47,13 +47,13 @@ __all__ = [
 ]
 
 ENVIRONMENT_VARIABLE = "LIFECYCLE_ALLOCATOR"
-ALLOCATORS = ("tensorflow", "system", "no-onednn")
 # What each choice asks TensorFlow for, read once when it starts.
-_TENSORFLOW_SETTINGS = {
+_TENSORFLOW_SETTINGS: dict[str, dict[str, str]] = {
     "tensorflow": {},
     "system": {"TF_ONEDNN_USE_SYSTEM_ALLOCATOR": "1"},
     "no-onednn": {"TF_ENABLE_ONEDNN_OPTS": "0"},
 }
+ALLOCATORS = tuple(_TENSORFLOW_SETTINGS)
 _TENSORFLOW_VARIABLES = ("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "TF_ENABLE_ONEDNN_OPTS")
 # glibc's mallopt parameters (malloc.h) and the values of the system choice:
 # one arena, so a thread's freed blocks are not lost to a heap unmapped when it

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import MutableMapping
-from pathlib import Path
 from types import ModuleType
 
 import typer
 
-from ._standalone import standalone
+from ._standalone import PACKAGE, standalone
 
 DEFAULT_ALLOCATOR = "system"
-_PACKAGE = Path(__file__).resolve().parent.parent  # lifecycle/
 
 
 def allocator_module() -> ModuleType:
     """``lifecycle._core._allocator``, without importing TensorFlow."""
-    return standalone("lifecycle._core._allocator", _PACKAGE / "_core" / "_allocator.py")
+    return standalone("lifecycle._core._allocator", PACKAGE / "_core" / "_allocator.py")
 
 
 def allocator_option() -> typer.models.OptionInfo:

@@ -15,7 +15,6 @@ TensorFlow), so a bad one is refused at once too.
 # at run time.
 import os
 import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
 
@@ -24,15 +23,14 @@ import typer
 from ._allocator import allocator_option, choose_allocator
 from ._app import console
 from ._quiet import import_library
-from ._standalone import standalone
+from ._standalone import PACKAGE, standalone
 
 SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
-_PACKAGE = Path(__file__).resolve().parent.parent  # lifecycle/
 
 
 def flag_checks() -> ModuleType:
     """``lifecycle.server._flags``, the server's flag checks, without importing TensorFlow."""
-    return standalone("lifecycle.server._flags", _PACKAGE / "server" / "_flags.py")
+    return standalone("lifecycle.server._flags", PACKAGE / "server" / "_flags.py")
 
 
 def batching_policy_class() -> type:
@@ -41,9 +39,9 @@ def batching_policy_class() -> type:
     Its module imports nothing of the library but its exceptions and its
     sibling ``_checks``, both pure Python: they are loaded first.
     """
-    standalone("lifecycle.errors", _PACKAGE / "errors.py")
-    standalone("lifecycle._core._checks", _PACKAGE / "_core" / "_checks.py")
-    return standalone("lifecycle._core._batcher", _PACKAGE / "_core" / "_batcher.py").BatchingPolicy
+    standalone("lifecycle.errors", PACKAGE / "errors.py")
+    standalone("lifecycle._core._checks", PACKAGE / "_core" / "_checks.py")
+    return standalone("lifecycle._core._batcher", PACKAGE / "_core" / "_batcher.py").BatchingPolicy
 
 
 def refuse(error: Exception) -> typer.Exit:

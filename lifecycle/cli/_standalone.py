@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["standalone"]
+__all__ = ["PACKAGE", "standalone"]
+
+PACKAGE = Path(__file__).resolve().parent.parent  # lifecycle/
 
 
 def standalone(name: str, path: Path) -> ModuleType:
