@@ -1,176 +1,142 @@
-"""Harness shared by the benchmark scripts: one child process per variant, one table.
+"""The one harness of the benchmark scripts: options, rounds, children, tables, JSON.
 
-A benchmark script plays two roles. Run plainly, it is the parent: it re-invokes
-itself once per variant with ``--variant NAME``, each in a fresh Python process so
-that one variant's leaks and caches cannot distort another's numbers, then prints
-the machine (:func:`machine_lines`) and a table (:func:`render_table`). Run with
-``--variant``, it is a child: it measures that one variant and prints the result
-as a single ``RESULT <json>`` line on stdout (:func:`print_result`), which the
-parent parses.
+A script declares a :class:`Benchmark`: its variants, the metrics its
+measurement reports, its own options, and the function that measures one
+variant. Its ``main`` is ``_harness.main(BENCHMARK)``; everything else is here:
 
-Rounds: the machine drifts (±15 % over minutes), so a variant run once, after
-another run once, compares two moments as much as two variants.
-:func:`run_rounds` runs ``--rounds`` rounds, each running every variant in a
-fresh child, the order rotating from round to round (A B C, B C A, C A B, ...),
-so that no variant always runs first or last. A ratio between two variants is
-taken within each round (:meth:`Rounds.ratios`), where drift mostly cancels, and
-reported as the median of the per-round ratios with their spread, min to max
-(:func:`fmt_spread`: ``1.01x (0.87-1.10)``); absolute values are reported the
-same way, as the median over the rounds (min-max).
+* the command line: the script's options plus ``--variants``, ``--rounds``,
+  ``--timeout``, ``--quick`` (the script's small workload, 1 round, no file
+  written unless ``--out``) and ``--out`` (the JSON file; by default
+  ``benchmarks/results/<script>.json``);
+* rounds: the machine drifts (±15 % over minutes), so variants are
+  interleaved. Each round runs every variant in a fresh child process (the
+  script re-invoked with ``--variant NAME``, which prints one ``RESULT <json>``
+  line), the order rotating from round to round (A B C, B C A, ...). A script
+  that measures in one process (``collect``) rotates the same way with
+  :func:`interleave`;
+* the report: per case, variant and metric the median over the rounds with its
+  range, and the ratio to the baseline variant taken within each round (where the
+  drift cancels) and summarised the same way: ``1.01x (0.87-1.10)``. Printed as a
+  table, written as JSON (:func:`result_document` gives the schema).
 
-The scripts import this module as ``_harness`` (a script run directly has its own
-directory on ``sys.path``). Nothing here imports TensorFlow, so neither does the
-parent; psutil is imported only where it is needed.
+A child's result is a mapping of metric keys to numbers (one case), or
+``{"cases": {case: {metric: number}}}`` plus any other keys, which only the
+script's ``notes`` read. Nothing here imports TensorFlow, so neither does a parent.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
 import platform
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 MIB = 1024 * 1024
 RESULT_PREFIX = "RESULT "
-REPO_ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = Path(__file__).resolve().parent
+REPO_ROOT = BENCHMARKS.parent
+RESULTS = BENCHMARKS / "results"
+# Metrics per table of the report (a wider table would wrap).
+COLUMNS = 6
 # Lines of a failed child's stderr kept in its error message.
 STDERR_TAIL_LINES = 15
 
+Result = dict[str, Any]
+# One mapping per round, from variant to its result (None: its child failed).
+Runs = list[dict[str, Result | None]]
 
-@dataclass
-class ChildOutcome:
-    """What a child process produced for one variant.
+
+@dataclass(frozen=True)
+class Option:
+    """One of a script's own command-line options; children get the same command line."""
+
+    flag: str
+    default: Any
+    help: str
+    type: Callable[[str], Any] | None = None  # None: the default's type
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number a child reports, how it is shown, and whether it is compared."""
+
+    key: str
+    unit: str
+    spec: str = ".1f"
+    label: str = ""  # the table's column; the key by default
+    ratio: bool = True  # compared with the baseline variant, round by round
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """What a script measures; :func:`main` does the rest.
 
     Attributes:
-        variant: The variant the child ran.
-        result: The child's parsed result, or None if it failed.
-        error: Why the child failed (exit code or timeout, and the end of its
-            stderr), or None if it succeeded.
-        seconds: Wall time of the child process.
+        name: The script's stem (``Path(__file__).stem``).
+        doc: Its module docstring (the first paragraph heads ``--help``).
+        variants: Variant names and what each is.
+        metrics: What a result holds.
+        measure: Measures one variant in a child: ``measure(variant, args)``.
+        options: The script's own options.
+        quick: Option values of ``--quick``, a small workload (1 round).
+        baseline: The variant each is compared with, or a function of the variant
+            (None: no comparison); the first variant by default.
+        rounds, timeout: Defaults of ``--rounds`` and ``--timeout`` (seconds a
+            child may take; for ``collect``, the whole run).
+        collect: Instead of children, measures every round in this process
+            (see :func:`interleave`) and returns the runs.
+        notes: Extra report lines from the runs (targets, what a child saw).
+        check: Problems that make the run fail (exit code 1), from the runs.
+        validate: Checks the parsed options; returns an error message or None.
     """
 
-    variant: str
-    result: dict[str, Any] | None
-    error: str | None
-    seconds: float
+    name: str
+    doc: str | None
+    variants: Mapping[str, str]
+    metrics: Sequence[Metric]
+    measure: Callable[[str, argparse.Namespace], Result] | None = None
+    options: Sequence[Option] = ()
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    baseline: str | Callable[[str], str | None] | None = ""
+    rounds: int = 3
+    timeout: float = 600.0
+    collect: Callable[[argparse.Namespace], Runs] | None = None
+    notes: Callable[[Runs, argparse.Namespace], list[str]] | None = None
+    check: Callable[[Runs, argparse.Namespace], list[str]] | None = None
+    validate: Callable[[argparse.Namespace], str | None] | None = None
 
+    @property
+    def title(self) -> str:
+        return (self.doc or self.name).strip().splitlines()[0].rstrip(".")
 
-# A measurement read from a child's result: a key, or a function of the result
-# (None where the result has no such measurement).
-Metric: TypeAlias = "str | Callable[[Mapping[str, Any]], float | None]"
-
-
-@dataclass
-class Rounds:
-    """The outcomes of :func:`run_rounds`: every variant's child, round by round.
-
-    Attributes:
-        variants: The variants, in the order given (the first round's order).
-        runs: One mapping per round, from variant to the outcome of its child,
-            in the order the children ran in that round.
-    """
-
-    variants: list[str]
-    runs: list[dict[str, ChildOutcome]]
-
-    def results(self, variant: str) -> list[dict[str, Any] | None]:
-        """``variant``'s result in each round, None where its child failed."""
-        return [run[variant].result if variant in run else None for run in self.runs]
-
-    def last_result(self, variant: str) -> dict[str, Any] | None:
-        """``variant``'s result in the last round whose child succeeded, or None."""
-        found = [r for r in self.results(variant) if r is not None]
-        return found[-1] if found else None
-
-    def per_round(self, variant: str, metric: Metric) -> list[float | None]:
-        """``metric`` of ``variant`` in each round, None where it was not measured."""
-        return [None if r is None else _read(r, metric) for r in self.results(variant)]
-
-    def values(self, variant: str, metric: Metric) -> list[float]:
-        """``metric`` of ``variant`` in the rounds that measured it, in round order."""
-        return [v for v in self.per_round(variant, metric) if v is not None]
-
-    def ratios(self, metric: Metric, over: str, under: str) -> list[float]:
-        """Per round, ``metric`` of ``over`` divided by ``metric`` of ``under``.
-
-        Both values come from the same round, so the machine's drift between
-        rounds cancels; rounds where either is missing (or ``under``'s is 0)
-        are left out.
-        """
-        return per_round_ratios(self.per_round(over, metric), self.per_round(under, metric))
-
-    def cell(self, variant: str, metric: Metric, spec: str, suffix: str = "") -> str:
-        """A table cell: ``metric`` of ``variant`` over the rounds, ``median (min-max)``.
-
-        Args:
-            variant: The variant.
-            metric: A key of its results, or a function of a result.
-            spec: The format spec of each number (see :func:`fmt_spread`).
-            suffix: Text after the median.
-
-        Returns:
-            The formatted cell, ``"-"`` if no round measured it.
-        """
-        return fmt_spread(self.values(variant, metric), spec, suffix)
-
-    def ratio_cell(self, metric: Metric, over: str, under: str, spec: str = ".2f") -> str:
-        """A table cell: the per-round ratios ``over / under`` of ``metric``: ``1.01x (0.87-1.10)``.
-
-        Args:
-            metric: A key of the results, or a function of a result.
-            over: The numerator's variant.
-            under: The denominator's variant.
-            spec: The format spec of each ratio.
-
-        Returns:
-            The median of the per-round ratios with their range, ``"-"`` if none.
-        """
-        return fmt_spread(self.ratios(metric, over, under), spec, "x")
-
-    def failed(self) -> list[tuple[int, ChildOutcome]]:
-        """The failed children, each with its round number (from 1)."""
-        return [
-            (number, outcome)
-            for number, run in enumerate(self.runs, 1)
-            for outcome in run.values()
-            if outcome.error is not None
-        ]
-
-    def succeeded(self, variant: str) -> int:
-        """How many of ``variant``'s children succeeded."""
-        return sum(r is not None for r in self.results(variant))
-
-
-def _read(result: Mapping[str, Any], metric: Metric) -> float | None:
-    value = metric(result) if callable(metric) else result.get(metric)
-    return None if value is None else float(value)
+    def baseline_of(self, variant: str) -> str | None:
+        if callable(self.baseline):
+            return self.baseline(variant)
+        return self.baseline or next(iter(self.variants))
 
 
 # ----------------------------------------------------------------- command line
 
 
 def positive_int(text: str) -> int:
-    """An ``argparse`` type: an integer of at least 1.
-
-    Args:
-        text: The option's value.
-
-    Returns:
-        The integer.
-
-    Raises:
-        argparse.ArgumentTypeError: If ``text`` is not an integer of at least 1.
-    """
+    """An ``argparse`` type: an integer of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -180,248 +146,148 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_ints(text: str) -> list[int]:
-    """An ``argparse`` type: comma-separated integers of at least 1, in order.
-
-    Raises:
-        argparse.ArgumentTypeError: If one of them is not an integer of at least 1.
-    """
-    return [positive_int(part) for part in text.split(",")]
-
-
-#: The smallest image side keras.applications.ResNet50 accepts.
-MIN_IMAGE_SIDE = 32
-
-
-def image_side(text: str) -> int:
-    """An ``argparse`` type: an image side ResNet50 accepts (an integer of at least 32).
-
-    Raises:
-        argparse.ArgumentTypeError: If ``text`` is not such an integer.
-    """
+def positive_float(text: str) -> float:
+    """An ``argparse`` type: a number above 0."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        value = 0
-    if value < MIN_IMAGE_SIDE:
-        raise argparse.ArgumentTypeError(
-            f"must be an integer of at least {MIN_IMAGE_SIDE} (ResNet50's minimum); got {text!r}"
-        )
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0; got {text!r}")
     return value
 
 
-def add_input_size_argument(parser: argparse.ArgumentParser, models: str = "ResNet50") -> None:
-    """``--input-size``: the image side of the script's ``keras.applications`` models (64)."""
-    parser.add_argument(
-        "--input-size",
-        type=image_side,
-        default=64,
-        help=f"image side of {models} (at least {MIN_IMAGE_SIDE})",
-    )
+def positive_ints(text: str) -> list[int]:
+    """An ``argparse`` type: comma-separated integers of at least 1."""
+    return [positive_int(part) for part in text.split(",")]
 
 
-def argument_parser(doc: str | None) -> argparse.ArgumentParser:
-    """A parser described by the first paragraph of a script's docstring.
+def names(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An ``argparse`` type: a comma-separated subset of ``choices``, in the order given."""
 
-    Args:
-        doc: The script's module docstring.
+    def parse(text: str) -> list[str]:
+        picked = list(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+        unknown = [v for v in picked if v not in choices]
+        if unknown or not picked:
+            raise argparse.ArgumentTypeError(f"takes a subset of {','.join(choices)}; got {text!r}")
+        return picked
 
-    Returns:
-        The parser, showing each option's default in ``--help``.
-    """
-    return argparse.ArgumentParser(
-        description=(doc or "").split("\n\n", 1)[0],
+    return parse
+
+
+def image_side(text: str) -> int:
+    """An ``argparse`` type: an image side ResNet50 accepts (at least 32)."""
+    value = positive_int(text)
+    if value < 32:
+        raise argparse.ArgumentTypeError(f"must be at least 32 (ResNet50's minimum); got {text!r}")
+    return value
+
+
+def parse_args(bench: Benchmark, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line of ``bench``: its options, then the harness's."""
+    parser = argparse.ArgumentParser(
+        prog=f"{bench.name}.py",
+        description=(bench.doc or "").split("\n\n", 1)[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-
-
-def add_variants_argument(parser: argparse.ArgumentParser, choices: Sequence[str]) -> None:
-    """Add ``--variants``, the comma-separated variants to run (all by default).
-
-    Args:
-        parser: The script's parser.
-        choices: The variants the script knows.
-    """
+    for option in bench.options:
+        if isinstance(option.default, bool):
+            parser.add_argument(option.flag, action="store_true", help=option.help)
+            continue
+        kind = option.type or type(option.default)
+        parser.add_argument(option.flag, type=kind, default=option.default, help=option.help)
+    choices = list(bench.variants)
     parser.add_argument(
-        "--variants",
-        default=",".join(choices),
-        help=f"comma-separated subset of {','.join(choices)}",
+        "--variants", type=names(choices), default=",".join(choices), help="comma-separated"
     )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=bench.rounds, help="rounds of every variant"
+    )
+    what = "the whole run" if bench.collect else "each child"
+    parser.add_argument(
+        "--timeout", type=positive_float, default=bench.timeout, help=f"seconds for {what}"
+    )
+    parser.add_argument("--quick", action="store_true", help="small workload, 1 round")
+    parser.add_argument("--out", type=Path, help="JSON result file [results/<script>.json]")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # a child's one variant
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--quick" in argv:
+        parser.set_defaults(**{"rounds": 1, **bench.quick})
+    args = parser.parse_args(argv)
+    args.argv = argv
+    problem = bench.validate(args) if bench.validate else None
+    if problem:
+        parser.error(problem)
+    return args
 
 
-def add_child_arguments(
-    parser: argparse.ArgumentParser,
-    choices: Sequence[str],
-    timeout: float,
-    rounds: int | None = None,
-) -> None:
-    """Add ``--timeout`` (seconds per child), ``--rounds`` and a child's hidden ``--variant``.
-
-    Args:
-        parser: The script's parser.
-        choices: The variants the script knows.
-        timeout: The default of ``--timeout``.
-        rounds: The default of ``--rounds`` (see :func:`run_rounds`); None adds
-            no ``--rounds``, for a script that defines its own.
-    """
-    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per child")
-    if rounds is not None:
-        parser.add_argument(
-            "--rounds",
-            type=positive_int,
-            default=rounds,
-            help="rounds; each runs every variant in a fresh child, the order rotating",
-        )
-    parser.add_argument("--variant", choices=choices, help=argparse.SUPPRESS)
-
-
-def parse_variants(
-    parser: argparse.ArgumentParser,
-    spec: str,
-    choices: Sequence[str],
-    option: str = "--variants",
-) -> list[str]:
-    """The variants (or other choices) named by a comma-separated option's value.
-
-    Args:
-        parser: The script's parser, which reports a bad value (and exits).
-        spec: The option's value.
-        choices: The variants the script knows.
-        option: The option's name, for the error message.
-
-    Returns:
-        The named variants, in the order given, without repeats.
-    """
-    variants = [v.strip() for v in spec.split(",") if v.strip()]
-    unknown = sorted(set(variants) - set(choices))
-    if unknown or not variants:
-        parser.error(f"{option} takes a subset of {','.join(choices)}; got {unknown}")
-    return list(dict.fromkeys(variants))
-
-
-def run_role(
-    args: argparse.Namespace,
-    run_child: Callable[[str, argparse.Namespace], Mapping[str, Any]],
-    run_parent: Callable[[argparse.Namespace], int],
-) -> int:
-    """Run the child role if ``args.variant`` is set, else the parent role.
-
-    Args:
-        args: The parsed command line.
-        run_child: Measures one variant and returns its result, which is printed
-            for the parent (:func:`print_result`).
-        run_parent: Runs the variants in children and prints the report.
-
-    Returns:
-        The exit code: 0 for a child that returned, else ``run_parent``'s.
-    """
+def main(bench: Benchmark, argv: Sequence[str] | None = None) -> int:
+    """Run ``bench`` as its command line says: one child's variant, or the whole report."""
+    args = parse_args(bench, argv)
     if args.variant is not None:
-        print_result(run_child(args.variant, args))
+        assert bench.measure is not None
+        print(RESULT_PREFIX + json.dumps(bench.measure(args.variant, args)), flush=True)
         return 0
-    return run_parent(args)
+    if bench.collect is not None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        signal.alarm(max(1, int(args.timeout)))  # SIGALRM ends a run that hangs
+        runs, failures = bench.collect(args), []
+        signal.alarm(0)
+        runs = [{v: r for v, r in run.items() if v in args.variants} for run in runs]
+    else:
+        assert bench.measure is not None, "a benchmark measures in children or collects"
+        script = Path(sys.modules[bench.measure.__module__].__file__ or bench.name)
+        runs, failures = run_rounds(script, args.variants, args.rounds, args.argv, args.timeout)
+    return report(bench, args, runs, failures)
 
 
-# --------------------------------------------------------------------------- child
+# ------------------------------------------------------------------------ rounds
 
 
-def print_result(result: Mapping[str, Any]) -> None:
-    """Print a child's result as the ``RESULT <json>`` line its parent parses.
+@dataclass
+class ChildOutcome:
+    """What a child process produced for one variant: its result or why it failed."""
 
-    Args:
-        result: The measurements of the variant; must be JSON-serializable.
-    """
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    variant: str
+    result: Result | None
+    error: str | None
+    seconds: float
 
 
-# -------------------------------------------------------------------------- parent
+def child_environment() -> dict[str, str]:
+    """The environment of a child: quiet TensorFlow, this source tree first on the path."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if (REPO_ROOT / "lifecycle" / "__init__.py").is_file():
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    return env
 
 
 def spawn_child(
     script: str | os.PathLike[str], variant: str, options: Sequence[str], timeout: float
 ) -> ChildOutcome:
-    """Run ``script --variant variant *options`` in a fresh Python process.
-
-    The child runs with ``TF_CPP_MIN_LOG_LEVEL=2`` and, when the repository holds
-    the ``lifecycle`` sources, with the repository root first on ``PYTHONPATH``,
-    so that it measures the source tree the script belongs to, installed or not.
-
-    Args:
-        script: Path of the benchmark script to re-invoke.
-        variant: Value of its ``--variant`` option.
-        options: Further command-line arguments for the child.
-        timeout: Seconds after which the child is killed.
-
-    Returns:
-        The child's outcome: its last ``RESULT`` line parsed, or the reason it
-        failed (non-zero exit, no result line, or timeout).
-    """
-    command = [sys.executable, str(Path(script).resolve()), "--variant", variant, *options]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    if (REPO_ROOT / "lifecycle" / "__init__.py").is_file():
-        # Benchmark the source tree this script belongs to, installed or not.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
-        )
+    """Run ``script *options --variant variant`` in a fresh Python; parse its ``RESULT`` line."""
+    command = [sys.executable, str(script), *options, "--variant", variant]
     started = time.perf_counter()
     try:
         # On timeout, subprocess.run kills the child before raising.
-        completed = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        done = subprocess.run(
+            command, env=child_environment(), capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
-        elapsed = time.perf_counter() - started
-        return ChildOutcome(variant, None, f"timed out after {timeout:g} s", elapsed)
+        return ChildOutcome(variant, None, f"timed out after {timeout:g} s", timeout)
     elapsed = time.perf_counter() - started
-    lines = [ln for ln in completed.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
-    if completed.returncode != 0 or not lines:
-        tail = "\n".join(completed.stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if done.returncode != 0 or not lines:
+        tail = "\n".join(done.stderr.strip().splitlines()[-STDERR_TAIL_LINES:])
         missing = "" if lines else ", no result line"
-        error = f"exit code {completed.returncode}{missing}\n{tail}"
-        return ChildOutcome(variant, None, error, elapsed)
+        return ChildOutcome(variant, None, f"exit code {done.returncode}{missing}\n{tail}", elapsed)
     return ChildOutcome(variant, json.loads(lines[-1][len(RESULT_PREFIX) :]), None, elapsed)
 
 
-def run_variants(
-    script: str | os.PathLike[str],
-    variants: Iterable[str],
-    options: Sequence[str],
-    timeout: float,
-    spawn: Callable[..., ChildOutcome] = spawn_child,
-) -> dict[str, ChildOutcome]:
-    """Run one child per variant, in order, reporting progress on stderr.
-
-    Args:
-        script: Path of the benchmark script to re-invoke.
-        variants: The variants to run.
-        options: Command-line arguments every child gets after ``--variant``.
-        timeout: Seconds each child may take.
-        spawn: Runs one child; :func:`spawn_child`, or a stand-in in tests.
-
-    Returns:
-        The outcome of each variant, in the order they ran.
-    """
-    outcomes: dict[str, ChildOutcome] = {}
-    for variant in variants:
-        print(f"running variant {variant} ...", file=sys.stderr, flush=True)
-        outcome = spawn(script, variant, options, timeout)
-        status = "ok" if outcome.error is None else "FAILED"
-        print(f"  {status} in {outcome.seconds:.1f} s", file=sys.stderr, flush=True)
-        outcomes[variant] = outcome
-    return outcomes
-
-
-def rotation(variants: Sequence[str], index: int) -> list[str]:
-    """The order of round ``index`` (from 0): A B C, then B C A, then C A B, ...
-
-    Args:
-        variants: The variants, in the first round's order.
-        index: The round, from 0.
-
-    Returns:
-        ``variants`` rotated left by ``index`` places.
-    """
-    shift = index % len(variants) if variants else 0
-    return [*variants[shift:], *variants[:shift]]
+def rotation(items: Sequence[str], index: int) -> list[str]:
+    """The order of round ``index`` (from 0): A B C, then B C A, then C A B, ..."""
+    shift = index % len(items) if items else 0
+    return [*items[shift:], *items[:shift]]
 
 
 def run_rounds(
@@ -430,210 +296,54 @@ def run_rounds(
     rounds: int,
     options: Sequence[str],
     timeout: float,
-    spawn: Callable[..., ChildOutcome] = spawn_child,
-) -> Rounds:
-    """Run ``rounds`` rounds, each running every variant in a fresh child.
-
-    The order rotates from round to round (:func:`rotation`), so that drift
-    and the first or last slot of a round hit every variant alike. A child
-    that fails is kept in the outcome (see :meth:`Rounds.failed`), and the
-    later children still run.
-
-    Args:
-        script: Path of the benchmark script to re-invoke.
-        variants: The variants to run, in the first round's order.
-        rounds: How many rounds, at least 1.
-        options: Command-line arguments every child gets after ``--variant``.
-        timeout: Seconds each child may take.
-        spawn: Runs one child; :func:`spawn_child`, or a stand-in in tests.
+    spawn: Callable[..., ChildOutcome] | None = None,
+) -> tuple[Runs, list[str]]:
+    """``rounds`` rounds, each every variant in a fresh child, the order rotating.
 
     Returns:
-        Every child's outcome, round by round.
-
-    Raises:
-        ValueError: If ``rounds`` is less than 1 or there are no variants.
+        The runs, and one line per failed child (its round, variant and error).
     """
     if rounds < 1 or not variants:
         raise ValueError(f"need at least 1 round and 1 variant; got {rounds} and {variants!r}")
-    runs = []
+    spawn = spawn or spawn_child  # looked up now, so that tests can stand in for it
+    runs: Runs = []
+    failures = []
     for index in range(rounds):
-        print(f"round {index + 1} of {rounds}", file=sys.stderr, flush=True)
-        order = rotation(variants, index)
-        runs.append(run_variants(script, order, options, timeout, spawn))
-    return Rounds(list(variants), runs)
+        run: dict[str, Result | None] = {}
+        for variant in rotation(variants, index):
+            print(f"round {index + 1}/{rounds}: {variant} ...", file=sys.stderr, flush=True)
+            outcome = spawn(script, variant, options, timeout)
+            run[variant] = outcome.result
+            if outcome.error is not None:
+                failures.append(f"round {index + 1}, variant {variant}: {outcome.error}")
+        runs.append(run)
+    return runs, failures
 
 
-def print_report(
-    description: Sequence[str],
-    header: Sequence[str],
-    rows: Sequence[Sequence[str]],
-    legend: Sequence[str],
-    notes: Sequence[str] = (),
-) -> None:
-    """Print a benchmark's report: what ran, the table, its legend, per-variant notes.
-
-    Args:
-        description: Lines about the machine and the workload.
-        header: The table's column names.
-        rows: The table's rows.
-        legend: Lines explaining the columns.
-        notes: Lines under "per variant:"; the heading is left out when empty.
-    """
-    print("\n".join(description))
-    print_table(header, rows, legend)
-    if notes:
-        print("per variant:")
-        print("\n".join(notes))
-
-
-def print_table(
-    header: Sequence[str], rows: Sequence[Sequence[str]], legend: Sequence[str]
-) -> None:
-    """Print a blank line, a table, a blank line and the lines explaining it.
+def interleave(ways: Mapping[str, Callable[[], Result]], rounds: int) -> Runs:
+    """Call every way once per round in this process, after a warm-up round, rotating.
 
     Args:
-        header: The table's column names.
-        rows: The table's rows.
-        legend: Lines explaining the columns.
-    """
-    print()
-    print(render_table(header, rows))
-    print()
-    print("\n".join(legend))
-
-
-def report_round_failures(rounds: Rounds) -> int:
-    """Name the failed children on stdout, under the report, and their errors on stderr.
-
-    Args:
-        rounds: The outcomes returned by :func:`run_rounds`.
+        ways: By variant, a call that measures it once and returns its result.
+        rounds: Measured rounds.
 
     Returns:
-        The parent's exit code: 1 if any child failed, else 0.
+        The measured rounds (the warm-up round left out).
     """
-    failed = rounds.failed()
-    if failed:
-        names = ", ".join(f"{o.variant} in round {number}" for number, o in failed)
-        print(f"FAILED children (left out of the medians; errors on stderr): {names}")
-    for number, outcome in failed:
-        print(
-            f"\nround {number}, variant {outcome.variant} failed: {outcome.error}", file=sys.stderr
-        )
-    return 1 if failed else 0
+    runs: Runs = []
+    for index in range(rounds + 1):
+        run = {way: ways[way]() for way in rotation(list(ways), index)}
+        if index:
+            runs.append(run)
+    return runs
 
 
-def rounds_line(rounds: int, what: str = "variant") -> str:
-    """The ``rounds:`` line of a report, saying how the numbers were taken.
-
-    Args:
-        rounds: The number of rounds run.
-        what: What each child of a round measured.
-
-    Returns:
-        The line.
-    """
-    return (
-        f"rounds:   {rounds}, each a fresh child per {what}, the order rotating between rounds; "
-        "cells: median over the rounds (min-max), ratios taken within each round"
-    )
-
-
-# ------------------------------------------------------------------------- machine
-
-
-def cpu_model() -> str:
-    """The CPU's model name, from ``/proc/cpuinfo`` where there is one."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def total_ram_gib() -> float:
-    """The machine's physical memory, in GiB."""
-    import psutil
-
-    return psutil.virtual_memory().total / 1024**3
-
-
-def version_of(*distributions: str) -> str:
-    """The version of the first of ``distributions`` that is installed.
-
-    Args:
-        *distributions: Distribution names to try, in order.
-
-    Returns:
-        Its version, or ``"not installed"`` if none is.
-    """
-    for name in distributions:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "not installed"
-
-
-def machine_lines() -> list[str]:
-    """The ``machine:`` and ``software:`` lines that head a benchmark's report."""
-    return [
-        f"machine:  {cpu_model()}, {os.cpu_count()} cores, {total_ram_gib():.1f} GiB RAM, "
-        f"{platform.system()} {platform.machine()}",
-        f"software: Python {platform.python_version()}, "
-        f"TensorFlow {version_of('tensorflow', 'tensorflow-cpu')}, Keras {version_of('keras')}",
-    ]
-
-
-# --------------------------------------------------------------------------- table
-
-
-def fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    """Format a table cell.
-
-    Args:
-        value: The number, or None if there is none.
-        spec: Its format spec, such as ``".1f"``.
-        suffix: Text appended to the formatted number.
-
-    Returns:
-        The formatted number, or ``"-"`` for None or NaN.
-    """
-    if value is None or math.isnan(value):
-        return "-"
-    return f"{value:{spec}}{suffix}"
-
-
-def per_round_ratios(over: Sequence[float | None], under: Sequence[float | None]) -> list[float]:
-    """``over[i] / under[i]`` for each round ``i`` where both were measured.
-
-    Args:
-        over: The numerator's value in each round (None: not measured).
-        under: The denominator's value in the same rounds.
-
-    Returns:
-        The ratios, in round order; rounds with a missing value or a zero
-        denominator are left out.
-
-    Raises:
-        ValueError: If the two sequences differ in length.
-    """
-    if len(over) != len(under):
-        raise ValueError(f"one value per round on each side; got {len(over)} and {len(under)}")
-    return [a / b for a, b in zip(over, under, strict=True) if a is not None and b]
+# ------------------------------------------------------------------------- numbers
 
 
 @dataclass(frozen=True)
 class Spread:
-    """The median of a few measurements and their range.
-
-    Attributes:
-        median: The median.
-        low: The smallest value.
-        high: The largest value.
-        count: How many values.
-    """
+    """The median of a few measurements and their range."""
 
     median: float
     low: float
@@ -642,32 +352,36 @@ class Spread:
 
 
 def spread_of(values: Iterable[float | None]) -> Spread | None:
-    """The median and range of ``values`` that are neither None nor NaN.
-
-    Args:
-        values: The measurements, such as one per round.
-
-    Returns:
-        Their spread, or None if there are none.
-    """
-    present = [v for v in values if v is not None and not math.isnan(v)]
-    if not present:
+    """The median and range of ``values`` that are neither None nor NaN; None if none are."""
+    found = [v for v in values if v is not None and not math.isnan(v)]
+    if not found:
         return None
-    return Spread(statistics.median(present), min(present), max(present), len(present))
+    return Spread(statistics.median(found), min(found), max(found), len(found))
+
+
+def percentiles(values: Sequence[float], *points: float) -> list[float | None]:
+    """The ``points`` percentiles (0-100) of ``values``, linearly interpolated."""
+    ordered = sorted(values)
+    if not ordered:
+        return [None for _ in points]
+    found = []
+    for point in points:
+        at = (len(ordered) - 1) * point / 100
+        low = math.floor(at)
+        high = min(low + 1, len(ordered) - 1)
+        found.append(ordered[low] + (ordered[high] - ordered[low]) * (at - low))
+    return found
+
+
+def fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    """A cell: ``value`` formatted, or ``"-"`` for None or NaN."""
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:{spec}}{suffix}"
 
 
 def fmt_spread(values: Iterable[float | None], spec: str, suffix: str = "") -> str:
-    """Format the median of ``values`` with their range: ``12.3 ms (11.8-13.0)``.
-
-    Args:
-        values: The measurements (None and NaN are left out).
-        spec: The format spec of each number, such as ``".1f"``.
-        suffix: Text after the median, such as ``"x"`` or ``" ms"``.
-
-    Returns:
-        ``median (min-max)``; the median alone for a single value; ``"-"``
-        for none.
-    """
+    """``median (min-max)`` of ``values``; the median alone for one value; ``-`` for none."""
     found = spread_of(values)
     if found is None:
         return "-"
@@ -677,23 +391,209 @@ def fmt_spread(values: Iterable[float | None], spec: str, suffix: str = "") -> s
     return f"{median} ({fmt(found.low, spec)}-{fmt(found.high, spec)})"
 
 
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Lay out a plain-text table: first column left-aligned, the others right.
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
-    Args:
-        header: The column names.
-        rows: The cells of each row, as many as ``header`` has.
 
-    Returns:
-        The header, a rule of dashes and the rows, one line each, without
-        trailing spaces.
+def slope(values: Sequence[float]) -> float | None:
+    """Least-squares slope of ``values`` against their index (None for fewer than 2)."""
+    if len(values) < 2:
+        return None
+    return statistics.linear_regression(range(len(values)), values).slope
+
+
+# ------------------------------------------------------------------------- machine
+
+
+def cpu_model() -> str:
+    """The CPU's model name as ``lscpu`` gives it (``/proc/cpuinfo`` if it cannot)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    if not out and Path("/proc/cpuinfo").is_file():
+        out = Path("/proc/cpuinfo").read_text()
+    for line in out.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "model name":
+            return value.strip()
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def version_of(*distributions: str) -> str:
+    """The version of the first of ``distributions`` installed, or ``"not installed"``."""
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "not installed"
+
+
+def machine() -> dict[str, Any]:
+    """The ``machine`` of a result file."""
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "tensorflow": version_of("tensorflow", "tensorflow-cpu"),
+        "keras": version_of("keras"),
+    }
+
+
+# -------------------------------------------------------------------------- report
+
+
+def cases_of(result: Result, default: str) -> dict[str, Mapping[str, Any]]:
+    """A result's cases: its ``cases``, or the result itself as the case ``default``."""
+    return result.get("cases") or {default: result}
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def summarise(bench: Benchmark, runs: Runs) -> list[dict[str, Any]]:
+    """The ``cases`` of a result file: per case, variant and metric, over the rounds."""
+    values: dict[tuple[str, str, str], list[float | None]] = {}
+    for number_, run in enumerate(runs):
+        for variant, result in run.items():
+            for case, found in cases_of(result or {}, bench.name).items():
+                for metric in bench.metrics:
+                    column = values.setdefault((case, variant, metric.key), [None] * len(runs))
+                    column[number_] = number(found.get(metric.key))
+    rows = []
+    for (case, variant, key), column in values.items():
+        metric = next(m for m in bench.metrics if m.key == key)
+        found = spread_of(column)
+        if found is None:
+            continue
+        base = bench.baseline_of(variant) if metric.ratio else None
+        under = values.get((case, base, key)) if base else None
+        ratios = None
+        if under is not None:
+            ratios = spread_of(a / b for a, b in zip(column, under, strict=True) if a and b)
+        rows.append(
+            {
+                "case": case,
+                "variant": variant,
+                "metric": key,
+                "unit": metric.unit,
+                "median": found.median,
+                "min": found.low,
+                "max": found.high,
+                "rounds": found.count,
+                "baseline": base if ratios else None,
+                "ratio": ratios.median if ratios else None,
+                "ratio_min": ratios.low if ratios else None,
+                "ratio_max": ratios.high if ratios else None,
+            }
+        )
+    return rows
+
+
+def result_document(bench: Benchmark, args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
+    """The JSON a run writes: what ran, where, and every case's numbers."""
+    return {
+        "benchmark": bench.name,
+        "title": bench.title,
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "command": " ".join(["python", f"benchmarks/{bench.name}.py", *args.argv]),
+        "source": "run",
+        "rounds": args.rounds,
+        "cases": summarise(bench, runs),
+    }
+
+
+def tables(bench: Benchmark, cases: Sequence[Mapping[str, Any]]) -> list[list[list[str]]]:
+    """The report's tables: a row per case and variant, a column per metric (and ratio).
+
+    Metrics are split over several tables of at most :data:`COLUMNS` metrics each.
     """
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    metrics = [m for m in bench.metrics if any(c["metric"] == m.key for c in cases)]
+    several = len({c["case"] for c in cases}) > 1
+    order = {name: i for i, name in enumerate(dict.fromkeys(c["case"] for c in cases))}
+    rank = {name: i for i, name in enumerate(bench.variants)}
+    keys = sorted(
+        {(c["case"], c["variant"]) for c in cases}, key=lambda k: (order[k[0]], rank[k[1]])
+    )
+    by_key = {(c["case"], c["variant"], c["metric"]): c for c in cases}
+    compared = {c["metric"] for c in cases if c["ratio"] is not None}
+    base = "baseline" if callable(bench.baseline) else bench.baseline_of("")
+    found = []
+    for start in range(0, len(metrics), COLUMNS):
+        group = metrics[start : start + COLUMNS]
+        header = ["case"] * several + ["variant"]
+        for metric in group:
+            header += [metric.label or f"{metric.key} {metric.unit}".strip()]
+            header += [f"vs {base}"] * (metric.key in compared)
+        rows = [header]
+        for case, variant in keys:
+            row = [case] * several + [variant]
+            for metric in group:
+                one = by_key.get((case, variant, metric.key))
+                row.append(cell(one, "median", "min", "max", metric.spec, ""))
+                if metric.key in compared:
+                    row.append(cell(one, "ratio", "ratio_min", "ratio_max", ".2f", "x"))
+            if any(c != "-" for c in row[1 + several :]):
+                rows.append(row)
+        found.append(rows)
+    return found
+
+
+def cell(found: Mapping[str, Any] | None, mid: str, low: str, high: str, spec: str, x: str) -> str:
+    if found is None or found[mid] is None:
+        return "-"
+    if found["rounds"] == 1 or found[low] == found[high]:
+        return fmt(found[mid], spec, x)
+    return f"{fmt(found[mid], spec, x)} ({fmt(found[low], spec)}-{fmt(found[high], spec)})"
+
+
+def render_table(rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table: the header, a rule, the rows; first column left-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
 
     def line(cells: Sequence[str]) -> str:
         first = cells[0].ljust(widths[0])
-        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
         return "  ".join([first, *rest]).rstrip()
 
     rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+    return "\n".join([line(rows[0]), rule, *(line(row) for row in rows[1:])])
+
+
+def report(bench: Benchmark, args: argparse.Namespace, runs: Runs, failures: Sequence[str]) -> int:
+    """Print the report, write the JSON file; 1 if a child failed or a check did not pass."""
+    document = result_document(bench, args, runs)
+    info = document["machine"]
+    print(f"{bench.title}")
+    print(
+        f"machine: {info['cpu']}, {info['cores']} cores; Python {info['python']}, "
+        f"TensorFlow {info['tensorflow']}, Keras {info['keras']}"
+    )
+    print(f"rounds:  {args.rounds}, variants interleaved; cells: median (min-max) over rounds,")
+    print("         ratios: to the baseline variant within each round, then their median")
+    for variant in args.variants:
+        print(f"  {variant}: {bench.variants[variant]}")
+    for rows in tables(bench, document["cases"]):
+        print()
+        print(render_table(rows))
+    baselines = sorted({c["baseline"] for c in document["cases"] if c["baseline"]})
+    if baselines:
+        print(f"\nbaseline: {', '.join(baselines)}")
+    for line in bench.notes(runs, args) if bench.notes else []:
+        print(line)
+    problems = [*failures, *(bench.check(runs, args) if bench.check else [])]
+    for problem in problems:
+        print(f"FAILED: {problem.splitlines()[0]}")
+        print(problem, file=sys.stderr)
+    out = args.out or (None if args.quick else RESULTS / f"{bench.name}.json")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"written: {out}")
+    return 1 if problems else 0

@@ -1,68 +1,41 @@
-"""Serving-call benchmark: what one call costs through each serving path.
+"""Serving call: what one call costs through each serving path.
 
-A served MLP (Input(256) -> Dense(units, relu) -> Dense(units, relu) -> Dense(16);
-``--units``, by default 64 and 2048, the 4.76M-parameter model of the hot-swap and
-server benchmarks) answers one NumPy batch of ``--batch`` rows (1 by default, as a
-server's requests), called back to back from one thread, each way:
+A served MLP (256 -> ``--units`` x 2 -> 16; by default 64 and 2048, the
+4.76M-parameter model of the hot-swap and server benchmarks) answers one NumPy
+batch of ``--batch`` rows, called back to back from one thread, each way:
 
-    eager model(x)          ``model(x, training=False)``: no tracing at all
-    tf.function             ``tf.function(lambda x: model(x, training=False),
-                            input_signature=[spec])``: the usual hand-made path
-    concrete function       that function's ``get_concrete_function()``, called
-                            with the array: how serving functions called the
-                            model before their fast path
-    lc.serving_function     ``lc.serving_function(model, spec)``: guarded by the
-                            model's lifecycle; arrays that fit the signature go
-                            to the traced graph without TensorFlow's argument
-                            binding
-    registry.predict        ``registry.predict(name, x)``: a lease, the version's
-                            serving function, the lease returned
-    registry.predict, batched
-                            the same to a version loaded with request batching
-                            (``max_batch_size`` 32, allowed sizes 1 to 32): what
-                            batching costs a lone caller, which leads its own
-                            batch of one
+    eager                ``model(x, training=False)``
+    tf.function          ``tf.function(..., input_signature=[spec])``, the usual path
+    concrete function    its ``get_concrete_function()`` (the old serving path)
+    serving_function     ``lc.serving_function(model, spec)``
+    registry.predict     a lease, the version's serving function, the lease returned
+    registry.batched     the same to a version loaded with request batching (what
+                         batching costs a lone caller)
 
-Rounds: all in one process, every way ``--calls`` calls per round after a warm-up
-round, the order rotating between rounds. Each way's time per call is compared
-with ``tf.function``'s in the same round, where the machine's drift cancels, and
-with the concrete function's (the path serving functions took before); the
-table gives the medians of those per-round ratios (min-max) and the median time
-per call over the rounds (min-max). What is measured is the Python and dispatch
-cost around the graph, so the ratios depend on the model: the smaller the model,
-the larger the share of the call that is not the model.
+All in one process: every way ``--calls`` calls per round after a warm-up round,
+the order rotating between rounds; each way is compared with ``tf.function``.
+What is measured is the Python and dispatch cost around the graph: the smaller
+the model, the larger its share.
 
 Run (from the repository root, with the package installed)::
 
-    python benchmarks/serving_call.py                                   # about 2 min
-    python benchmarks/serving_call.py --units 64 --rounds 2 --calls 100 # quick check
+    python benchmarks/serving_call.py          # about 2 min
+    python benchmarks/serving_call.py --quick
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import _harness
-
-HEADER = ["model", "way", "µs per call", "vs tf.function", "vs concrete function"]
-WAYS = (
-    "eager model(x)",
-    "tf.function",
-    "concrete function",
-    "lc.serving_function",
-    "registry.predict",
-    "registry.predict, batched",
-)
-REFERENCE = "tf.function"
-# The path serving functions took before their fast path.
-CONCRETE = "concrete function"
+from _harness import Metric, Option
 
 
-def build(units: int):
+def build(units: int) -> Any:
     import keras
 
     inputs = keras.Input((256,))
@@ -71,17 +44,22 @@ def build(units: int):
     return keras.Model(inputs, keras.layers.Dense(16)(hidden))
 
 
-def inference(model):
+def inference(model: Any) -> Callable[[Any], Any]:
     """``model(x, training=False)`` as a function of ``x`` alone, to trace."""
-
-    def call(x):
-        return model(x, training=False)
-
-    return call
+    return lambda x: model(x, training=False)
 
 
-def measure(args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
-    """Seconds per call, one per measured round, by model width and way."""
+def per_call(call: Callable[[], object], calls: int) -> Callable[[], dict[str, float]]:
+    def measure() -> dict[str, float]:
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        return {"us": 1e6 * (time.perf_counter() - started) / calls}
+
+    return measure
+
+
+def collect(args: argparse.Namespace) -> _harness.Runs:
     import numpy as np
     import tensorflow as tf
 
@@ -90,7 +68,7 @@ def measure(args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
     x = np.random.default_rng(0).standard_normal((args.batch, 256)).astype("float32")
     spec = tf.TensorSpec([None, 256], tf.float32)
     policy = lc.BatchingPolicy(max_batch_size=32, allowed_batch_sizes=(1, 2, 4, 8, 16, 32))
-    times: dict[int, dict[str, list[float]]] = {}
+    runs: _harness.Runs = [{} for _ in range(args.rounds)]
     with lc.ModelRegistry(name="bench") as registry:
         for units in args.units:
             model = lc.manage(build(units))
@@ -99,95 +77,49 @@ def measure(args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
             served = lc.serving_function(model, spec)
             registry.load("mlp", units, lambda u=units: build(u), warmup=x)
             registry.load("batched", units, lambda u=units: build(u), warmup=x, batching=policy)
-            ways: dict[str, Callable[[], object]] = {
-                "eager model(x)": lambda m=model: m(x, training=False),
+            ways = {
+                "eager": lambda m=model: m(x, training=False),
                 "tf.function": lambda f=function: f(x),
                 "concrete function": lambda c=concrete: c(x),
-                "lc.serving_function": lambda s=served: s(x),
+                "serving_function": lambda s=served: s(x),
                 "registry.predict": lambda u=units: registry.predict("mlp", x, version=u),
-                "registry.predict, batched": lambda u=units: registry.predict(
-                    "batched", x, version=u
-                ),
+                "registry.batched": lambda u=units: registry.predict("batched", x, version=u),
             }
-            times[units] = {way: [] for way in WAYS}
-            for round_ in range(args.rounds + 1):  # round 0 warms up
-                for way in _harness.rotation(list(WAYS), round_):
-                    call = ways[way]
-                    started = time.perf_counter()
-                    for _ in range(args.calls):
-                        call()
-                    if round_:
-                        times[units][way].append((time.perf_counter() - started) / args.calls)
+            chosen = {way: per_call(ways[way], args.calls) for way in args.variants}
+            case = f"MLP 256-{units}-{units}-16"
+            for run, measured in zip(runs, _harness.interleave(chosen, args.rounds), strict=True):
+                for way, result in measured.items():
+                    run.setdefault(way, {"cases": {}})["cases"][case] = result
             registry.unload("mlp", units, wait=True)
             registry.unload("batched", units, wait=True)
             del served, concrete, function
             model.dispose()
-    return times
+    return runs
 
 
-def rows(times: dict[int, dict[str, list[float]]]) -> list[list[str]]:
-    table = []
-    for units, ways in times.items():
-        for way in WAYS:
-            table.append(
-                [
-                    f"MLP 256-{units}-{units}-16",
-                    way,
-                    _harness.fmt_spread([1e6 * t for t in ways[way]], ".0f"),
-                    *(
-                        _harness.fmt_spread(
-                            _harness.per_round_ratios(ways[way], ways[other]), ".2f", "x"
-                        )
-                        for other in (REFERENCE, CONCRETE)
-                    ),
-                ]
-            )
-    return table
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = _harness.argument_parser(__doc__)
-    parser.add_argument(
-        "--units",
-        type=_harness.positive_ints,
-        default=[64, 2048],
-        help="comma-separated hidden widths, one model each",
-    )
-    parser.add_argument("--batch", type=_harness.positive_int, default=1, help="rows per call")
-    parser.add_argument(
-        "--calls", type=_harness.positive_int, default=1000, help="calls per way per round"
-    )
-    parser.add_argument(
-        "--rounds", type=_harness.positive_int, default=7, help="measured rounds, after a warm-up"
-    )
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the whole run")
-    args = parser.parse_args(argv)
-    if args.timeout <= 0:
-        parser.error("--timeout must be positive")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    signal.alarm(max(1, int(args.timeout)))  # SIGALRM ends a run that hangs
-    times = measure(args)
-    signal.alarm(0)
-    description = [
-        *_harness.machine_lines(),
-        f"calls:    one thread, a NumPy float32 batch of {args.batch} row(s) per call, "
-        f"{args.calls} calls per way per round",
-        f"rounds:   {args.rounds} after a warm-up round, in one process, the order of the ways "
-        "rotating between rounds",
-    ]
-    legend = [
-        "µs per call:    median over the rounds (min-max)",
-        "vs tf.function: time per call over tf.function's in the same round; median of the",
-        "                per-round ratios (min-max); vs concrete function: the same against",
-        "                the concrete function's",
-    ]
-    _harness.print_report(description, HEADER, rows(times), legend)
-    return 0
-
+BENCHMARK = _harness.Benchmark(
+    name="serving_call",
+    doc=__doc__,
+    variants={
+        "eager": "model(x, training=False)",
+        "tf.function": "tf.function with an input signature",
+        "concrete function": "its concrete function",
+        "serving_function": "lc.serving_function(model, spec)",
+        "registry.predict": "registry.predict(name, x)",
+        "registry.batched": "registry.predict to a version with request batching",
+    },
+    metrics=[Metric("us", "µs", ".0f", "µs per call")],
+    collect=collect,
+    options=[
+        Option("--units", "64,2048", "comma-separated hidden widths", _harness.positive_ints),
+        Option("--batch", 1, "rows per call", _harness.positive_int),
+        Option("--calls", 1000, "calls per way per round", _harness.positive_int),
+    ],
+    quick={"units": "8", "calls": 20, "rounds": 2},
+    baseline="tf.function",
+    rounds=7,
+    timeout=900.0,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_harness.main(BENCHMARK))
