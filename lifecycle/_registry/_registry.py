@@ -226,7 +226,9 @@ class ModelRegistry:
                 (named as in the signature) and a dict of the signature's
                 named outputs; its variables are released at unload like any
                 Keras model's.
-            labels: Labels to point at this version once it is ready.
+            labels: Labels to point at this version once it is ready, in
+                TensorFlow Serving's syntax, ``[a-zA-Z0-9_]+`` (one rule for the
+                registry, the server and config files: ``_core._checks.check_label``).
             warmup: A sample input (batch of any size) that fixes the serving
                 signature and is run once. Optional for models that know their
                 inputs (functional, Sequential, SavedModels): they warm up on
@@ -611,7 +613,7 @@ class ModelRegistry:
         """Point ``label`` (e.g. ``"stable"``, ``"canary"``) at a ready version.
 
         Raises:
-            ValueError: A bad label.
+            ValueError: ``label`` is not TensorFlow Serving's ``[a-zA-Z0-9_]+``.
             UnknownModelError: No such model or ready version.
         """
         self._table.set_label(name, check_label(label), version)
