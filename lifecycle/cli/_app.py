@@ -1,8 +1,10 @@
-"""The ``lifecycle`` application: the typer app, its commands, the console they share.
+"""The ``lifecycle`` application: the typer app, with every command registered.
 
-typer and the command modules are imported by :func:`build_app`, once the ``cli``
-extra is known to be installed, so that a missing extra gives the ``pip install``
-that fixes it rather than a traceback.
+The commands are plain functions in their modules (``_soak``, ``_inspect``,
+``_serve``, ``_version``), which never import this one: the application depends
+on them, not the other way round. typer and the command modules are imported by
+:func:`build_app`, once the ``cli`` extra is known to be installed, so that a
+missing extra gives the ``pip install`` that fixes it rather than a traceback.
 """
 
 from __future__ import annotations
@@ -10,33 +12,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-CLI_INSTALL = 'pip install "keras-lifecycle[cli]"'
+from ._console import MissingExtraError, require_cli
 
-
-class MissingExtraError(ImportError):
-    """An optional dependency is missing; the message is the fix."""
-
-
-def require_cli() -> None:
-    """Check that the ``cli`` extra (typer and rich) is installed.
-
-    Raises:
-        MissingExtraError: It is not; the message names the ``pip install``.
-    """
-    try:
-        import rich  # noqa: F401
-        import typer  # noqa: F401
-    except ImportError as error:
-        raise MissingExtraError(
-            f"The lifecycle command line needs typer and rich: {CLI_INSTALL}"
-        ) from error
-
-
-def console() -> Any:
-    """A rich console; 120 columns when the output is not a terminal (logs, CI)."""
-    from rich.console import Console
-
-    return Console(width=None if sys.stdout.isatty() else 120)
+__all__ = ["build_app", "main"]
 
 
 def build_app() -> Any:

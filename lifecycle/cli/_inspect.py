@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from ._app import console
+from ._console import console
 from ._quiet import import_library
 
 # Arguments after TARGET, options included, are the target's own.

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._app import MissingExtraError
+from ._console import MissingExtraError
 
 PLOT_INSTALL = 'pip install "keras-lifecycle[plot]"'
 

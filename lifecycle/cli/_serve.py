@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from ._allocator import allocator_option, choose_allocator
-from ._app import console
+from ._console import console
 from ._quiet import import_library
 from ._standalone import PACKAGE, standalone
 

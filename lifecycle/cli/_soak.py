@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from ._allocator import allocator_option, choose_allocator
-from ._app import MissingExtraError, console
+from ._console import MissingExtraError, console
 from ._plot import path_problem, plot_soak, require_matplotlib
 from ._quiet import import_library
 from ._soak_worker import VARIANTS, weights_mib

@@ -12,7 +12,7 @@ from importlib import metadata
 
 import typer
 
-from ._app import console
+from ._console import console
 from ._quiet import import_library
 
 # Distributions that install each package, most common first; any other is
