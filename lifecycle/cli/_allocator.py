@@ -12,30 +12,32 @@ from __future__ import annotations
 
 import os
 from collections.abc import MutableMapping
-from types import ModuleType
 
 import typer
 
-from ._standalone import PACKAGE, standalone
+from .._core import _allocator
+from .._core._flag import Flag
 
 DEFAULT_ALLOCATOR = "system"
 
-
-def allocator_module() -> ModuleType:
-    """``lifecycle._core._allocator``, without importing TensorFlow."""
-    return standalone("lifecycle._core._allocator", PACKAGE / "_core" / "_allocator.py")
+#: The flag, declared once for both commands (and docs/serving.md's table of flags).
+ALLOCATOR = Flag(
+    "allocator",
+    str,
+    None,
+    "TensorFlow's CPU allocator: `system` (oneDNN's kernels, every block from malloc: an "
+    "unloaded version's memory goes back to the system), `tensorflow` (TensorFlow's "
+    "defaults: oneDNN's pool keeps it for reuse) or `no-onednn` "
+    "([the CPU allocator](allocator.md))",
+    shown_default=f"`{DEFAULT_ALLOCATOR}` (or `{_allocator.ENVIRONMENT_VARIABLE}`)",
+    server=False,
+)
 
 
 def allocator_option() -> typer.models.OptionInfo:
     """The ``--allocator`` option (``None`` when not given)."""
     return typer.Option(
-        None,
-        "--allocator",
-        help="TensorFlow's CPU allocator: system (memory freed by disposed models goes back "
-        "to the system; the default), tensorflow (TensorFlow's defaults: oneDNN's pool keeps "
-        "it where oneDNN is on) or no-onednn (oneDNN off). Default: LIFECYCLE_ALLOCATOR if "
-        "set, else system.",
-        show_default=False,
+        None, ALLOCATOR.flag, help=ALLOCATOR.plain_help, show_default=ALLOCATOR.plain_default
     )
 
 
@@ -53,13 +55,12 @@ def choose_allocator(flag: str | None, environ: MutableMapping[str, str] | None 
         typer.BadParameter: The flag, or the variable, names no known choice.
     """
     environ = os.environ if environ is None else environ
-    module = allocator_module()
-    variable = module.ENVIRONMENT_VARIABLE
+    variable = _allocator.ENVIRONMENT_VARIABLE
     chosen = flag if flag is not None else environ.get(variable, "").strip() or DEFAULT_ALLOCATOR
     try:
-        module.check_allocator(chosen)
+        _allocator.check_allocator(chosen)
     except ValueError as error:
-        hint = "'--allocator'" if flag is not None else variable
+        hint = f"'{ALLOCATOR.flag}'" if flag is not None else variable
         raise typer.BadParameter(str(error), param_hint=hint) from None
     environ[variable] = chosen
     return chosen

@@ -31,7 +31,7 @@ def build_app() -> Any:
 
     from ._command import Command
     from ._inspect import CONTEXT_SETTINGS, inspect
-    from ._serve import serve
+    from ._serve import serve_command
     from ._soak import soak
     from ._version import version
 
@@ -41,7 +41,8 @@ def build_app() -> Any:
         add_completion=False,
     )
     app.command(cls=Command)(soak)
-    app.command(cls=Command)(serve)
+    serve, settings = serve_command()
+    app.command("serve", cls=Command, context_settings=settings)(serve)
     app.command(cls=Command, context_settings=CONTEXT_SETTINGS)(inspect)
     app.command(cls=Command)(version)
     return app

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import string
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,8 +19,9 @@ from typing import Any
 import attrs
 
 from .._registry import BatchingPolicy, SwapPolicy, VersionPolicy
-from . import _flags
-from ._flags import ADMIN_TOKEN_ENV, LABEL_CHARS, REPOSITORY_POLL_SECS, is_loopback
+from . import _flags, _rules
+from ._flags import validator
+from ._rules import ADMIN_TOKEN_ENV, REPOSITORY_POLL_SECS, is_loopback
 
 __all__ = [
     "ADMIN_TOKEN_ENV",
@@ -31,8 +33,9 @@ __all__ = [
     "served_models",
 ]
 
-# Kept under its former name for the modules that import it from here.
-_LABEL_CHARS = LABEL_CHARS
+# The characters of a version label, for the modules that still import them from here;
+# the rule itself is `check_label` (lifecycle/_core/_checks.py).
+_LABEL_CHARS = frozenset(string.ascii_letters + string.digits + "_")
 
 
 @attrs.frozen
@@ -59,16 +62,7 @@ class ServedModel:
     factory: Callable[[], Any] | None = attrs.field(default=None, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        _flags.check_labels(self.name, self.labels)
-
-
-def _rule(check: Callable[..., None], flag: str, **options: Any) -> Any:
-    """An attrs validator that applies one of :mod:`._flags`'s checks to a field."""
-
-    def validate(_: object, __: object, value: object) -> None:
-        check(flag, value, **options)
-
-    return validate
+        _rules.check_labels(self.name, self.labels)
 
 
 @attrs.frozen
@@ -160,45 +154,37 @@ class ServerConfig:
     """
 
     models: tuple[ServedModel, ...] = attrs.field(default=(), converter=tuple)
-    rest_api_port: int = attrs.field(
-        default=8501, validator=_rule(_flags.check_port, "--rest_api_port")
-    )
-    grpc_port: int = attrs.field(default=8500, validator=_rule(_flags.check_port, "--port"))
-    grpc_max_threads: int = attrs.field(
-        default=16, validator=_rule(_flags.check_count, "--grpc_max_threads")
-    )
+    rest_api_port: int = attrs.field(default=8501, validator=validator("rest_api_port"))
+    grpc_port: int = attrs.field(default=8500, validator=validator("port"))
+    grpc_max_threads: int = attrs.field(default=16, validator=validator("grpc_max_threads"))
     host: str = "127.0.0.1"
-    memory_budget: int | None = attrs.field(
-        default=None, validator=_rule(_flags.check_positive, "--memory_budget", optional=True)
-    )
-    max_loaded: int | None = attrs.field(
-        default=None, validator=_rule(_flags.check_positive, "--max_loaded", optional=True)
-    )
+    memory_budget: int | None = attrs.field(default=None, validator=validator("memory_budget"))
+    max_loaded: int | None = attrs.field(default=None, validator=validator("max_loaded"))
     max_request_bytes: int = attrs.field(
-        default=64 * 2**20, validator=_rule(_flags.check_positive, "--max_request_bytes")
+        default=64 * 2**20, validator=validator("max_request_bytes")
     )
-    drain_seconds: float = attrs.field(
-        default=10.0, validator=_rule(_flags.check_positive, "--drain_seconds")
-    )
+    drain_seconds: float = attrs.field(default=10.0, validator=validator("drain_seconds"))
     file_system_poll_wait_seconds: float = attrs.field(
-        default=1.0, validator=_rule(_flags.check_non_negative, "--file_system_poll_wait_seconds")
+        default=1.0, validator=validator("file_system_poll_wait_seconds")
     )
     loader_nice: int | None = 10 if sys.platform.startswith("linux") else None
     loader_gil_share: float = 0.5
     loader_foreground_bytes: int = attrs.field(
-        default=_flags.LOADER_FOREGROUND_BYTES,
-        validator=_rule(_flags.check_bytes, "--loader_foreground_bytes"),
+        default=_rules.LOADER_FOREGROUND_BYTES,
+        validator=validator("loader_foreground_bytes"),
     )
     freeze_heap: bool = True
     tune_allocator: bool = True
     admin_api: bool = True
     # Never in repr(): configs get logged.
     admin_token: str | None = attrs.field(default=None, repr=False)
-    sticky_key_header: str = "X-Lifecycle-Key"
+    sticky_key_header: str = attrs.field(
+        default="X-Lifecycle-Key", validator=validator("sticky_key_header")
+    )
     swap_policy: SwapPolicy = attrs.field(
         default=SwapPolicy.AVAILABILITY_PRESERVING,
         converter=lambda p: (
-            p if isinstance(p, SwapPolicy) else SwapPolicy(_flags.swap_policy_name(p))
+            p if isinstance(p, SwapPolicy) else SwapPolicy(_rules.swap_policy_name(p))
         ),
     )
     routes: Mapping[str, Mapping[str | int, float]] = attrs.field(
@@ -206,22 +192,22 @@ class ServerConfig:
     )
     batching: BatchingPolicy | None = None
     intra_op_parallelism: int = attrs.field(
-        default=0, validator=_rule(_flags.check_threads, "--tensorflow_intra_op_parallelism")
+        default=0, validator=validator("tensorflow_intra_op_parallelism")
     )
     inter_op_parallelism: int = attrs.field(
-        default=0, validator=_rule(_flags.check_threads, "--tensorflow_inter_op_parallelism")
+        default=0, validator=validator("tensorflow_inter_op_parallelism")
     )
     access_log: bool = False
 
     model_repository: str | None = attrs.field(
         default=None,
-        converter=lambda p: None if p is None else _flags.repository_path(p, models=False),
+        converter=lambda p: None if p is None else _rules.repository_path(p, models=False),
     )
-    model_control_mode: str = attrs.field(default="none", converter=_flags.control_mode)
+    model_control_mode: str = attrs.field(default="none", converter=_rules.control_mode)
     load_models: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     repository_poll_secs: float = attrs.field(
         default=REPOSITORY_POLL_SECS,
-        validator=_rule(_flags.check_non_negative, "--repository_poll_secs"),
+        validator=validator("repository_poll_secs"),
     )
 
     def __attrs_post_init__(self) -> None:
@@ -230,9 +216,8 @@ class ServerConfig:
         if twice:
             raise ValueError(f"--model_config_file names {twice} more than once.")
         started = self.startup_models()
-        _flags.check_routes(self.routes, [*names, *started])
-        _flags.check_admin(self.host, self.admin_api, self.admin_token)
-        _flags.check_header(self.sticky_key_header)
+        _rules.check_routes(self.routes, [*names, *started])
+        _rules.check_admin(self.host, self.admin_api, self.admin_token)
 
     def startup_models(self) -> tuple[str, ...]:
         """The models of :attr:`model_repository` to load at start-up, as its control mode says.
@@ -241,7 +226,7 @@ class ServerConfig:
             ValueError: The repository's models collide with :attr:`models`, or
                 :attr:`load_models` names a model it does not hold.
         """
-        return _flags.startup_models(
+        return _rules.startup_models(
             self.model_repository,
             self.model_control_mode,
             self.load_models,
@@ -250,46 +235,12 @@ class ServerConfig:
         )
 
     @classmethod
-    def from_flags(
-        cls,
-        *,
-        rest_api_port: int = 8501,
-        port: int = 8500,
-        grpc_max_threads: int = 16,
-        model_name: str | None = None,
-        model_base_path: str | None = None,
-        model_config_file: str | None = None,
-        model_repository: str | None = None,
-        model_control_mode: str | None = None,
-        load_model: Sequence[str] = (),
-        repository_poll_secs: float | None = None,
-        host: str = "127.0.0.1",
-        memory_budget: int | None = None,
-        max_loaded: int | None = None,
-        max_request_bytes: int = 64 * 2**20,
-        drain_seconds: float = 10.0,
-        file_system_poll_wait_seconds: float = 1.0,
-        admin_api: bool = True,
-        admin_token: str | None = None,
-        sticky_key_header: str = "X-Lifecycle-Key",
-        model_factory: Sequence[str] = (),
-        swap_policy: str | SwapPolicy = SwapPolicy.AVAILABILITY_PRESERVING,
-        route: Sequence[str] = (),
-        enable_batching: bool = False,
-        batching_parameters_file: str | None = None,
-        max_batch_size: int | None = None,
-        batch_timeout_micros: int | None = None,
-        allowed_batch_sizes: str | Sequence[int] | None = None,
-        num_batch_threads: int | None = None,
-        max_enqueued_batches: int | None = None,
-        batch_return_wait: float | None = None,
-        tensorflow_session_parallelism: int = 0,
-        tensorflow_intra_op_parallelism: int = 0,
-        tensorflow_inter_op_parallelism: int = 0,
-        access_log: bool = False,
-        loader_foreground_bytes: int = _flags.LOADER_FOREGROUND_BYTES,
-    ) -> ServerConfig:
+    def from_flags(cls, **flags: Any) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
+
+        The keywords are the flags of ``lifecycle serve`` without their dashes,
+        each declared once in ``lifecycle/server/_flags.py`` with its default and
+        check (``inspect.signature(ServerConfig.from_flags)`` lists them).
 
         Either ``model_base_path`` (with ``model_name``, default ``"default"``
         as in TensorFlow Serving) or ``model_config_file``, or neither (an
@@ -316,60 +267,52 @@ class ServerConfig:
         in TensorFlow Serving.
 
         Raises:
+            TypeError: A keyword names no flag.
             ValueError: A flag is out of range, both model flags are given, or
                 the config file is malformed; the message names the flag.
             FileNotFoundError: The config file or a base path does not exist.
         """
-        flags = {name: value for name, value in locals().items() if name != "cls"}
+        flags = _flags.with_defaults(flags)
         _flags.check_flags(**flags)  # what needs no TensorFlow, as the command checks first
         models: tuple[ServedModel, ...] = ()
-        if model_config_file is not None:
-            models = read_model_config(model_config_file)
-        elif model_base_path is not None:
-            models = (ServedModel(model_name or "default", _flags.base_path(model_base_path)),)
-        models = _with_factories(models, model_factory)
+        if flags["model_config_file"] is not None:
+            models = read_model_config(flags["model_config_file"])
+        elif flags["model_base_path"] is not None:
+            base = _rules.base_path(flags["model_base_path"])
+            models = (ServedModel(flags["model_name"] or "default", base),)
+        models = _with_factories(models, flags["model_factory"])
+        # Flags named as a field set it as given; the others are derived here.
+        fields = attrs.fields_dict(cls)
+        settings = {name: value for name, value in flags.items() if name in fields}
+        token, poll_secs = flags["admin_token"], flags["repository_poll_secs"]
+        settings.update(
+            admin_token=token if token is not None else _rules.env_token(),
+            repository_poll_secs=REPOSITORY_POLL_SECS if poll_secs is None else poll_secs,
+        )
         return cls(
             models=models,
-            rest_api_port=rest_api_port,
-            grpc_port=port,
-            grpc_max_threads=grpc_max_threads,
-            host=host,
-            memory_budget=memory_budget,
-            max_loaded=max_loaded,
-            max_request_bytes=max_request_bytes,
-            drain_seconds=drain_seconds,
-            file_system_poll_wait_seconds=file_system_poll_wait_seconds,
-            admin_api=admin_api,
-            access_log=access_log,
-            loader_foreground_bytes=loader_foreground_bytes,
-            admin_token=admin_token if admin_token is not None else _flags.env_token(),
-            sticky_key_header=sticky_key_header,
-            swap_policy=swap_policy,
-            routes=dict(_flags.parse_route(spec) for spec in route),
+            grpc_port=flags["port"],
+            load_models=flags["load_model"],
+            routes=dict(_rules.parse_route(spec) for spec in flags["route"]),
             batching=_batching(
-                enable_batching,
-                batching_parameters_file,
-                {
-                    "max_batch_size": max_batch_size,
-                    "batch_timeout_micros": batch_timeout_micros,
-                    "allowed_batch_sizes": allowed_batch_sizes,
-                    "num_batch_threads": num_batch_threads,
-                    "max_enqueued_batches": max_enqueued_batches,
-                },
-                batch_return_wait,
+                flags["enable_batching"],
+                flags["batching_parameters_file"],
+                {name: flags[name] for name in _rules.BATCHING_FLAGS},
+                flags["batch_return_wait"],
             ),
-            **_flags.parallelism(
-                tensorflow_session_parallelism,
-                tensorflow_intra_op_parallelism,
-                tensorflow_inter_op_parallelism,
+            **_rules.parallelism(
+                flags["tensorflow_session_parallelism"],
+                flags["tensorflow_intra_op_parallelism"],
+                flags["tensorflow_inter_op_parallelism"],
             ),
-            model_repository=model_repository,
-            model_control_mode=model_control_mode or "none",
-            load_models=load_model,
-            repository_poll_secs=(
-                REPOSITORY_POLL_SECS if repository_poll_secs is None else repository_poll_secs
-            ),
+            **settings,
         )
+
+
+# The keywords of `from_flags`, for help() and inspect: one per flag of lifecycle/server/_flags.py.
+ServerConfig.from_flags.__func__.__signature__ = _flags.signature(  # type: ignore[attr-defined]
+    first="cls", returns="ServerConfig"
+)
 
 
 def _batching(
@@ -380,16 +323,16 @@ def _batching(
     ``--batch_return_wait`` (``return_wait``) is not a TensorFlow Serving
     parameter, so it combines with the file as well as with the flags.
     """
-    given = _flags.batching_flags(enabled, path, flags)
+    given = _rules.batching_flags(enabled, path, flags)
     if not enabled:
         return None
     if path is None:
-        return _flags.batching_policy(BatchingPolicy, given, return_wait)
+        return _rules.batching_policy(given, return_wait)
     wait = {} if return_wait is None else {"return_wait": return_wait}
     try:
         return attrs.evolve(read_batching_parameters(path), **wait)
     except ValueError as error:
-        raise ValueError(_flags.batching_message(error)) from None
+        raise ValueError(_rules.batching_message(error)) from None
 
 
 # TensorFlow Serving's BatchingParameters (servables/tensorflow/session_bundle_config.proto),
@@ -462,7 +405,7 @@ def read_batching_parameters(path: str) -> BatchingPolicy:
     """
     flag = f"--batching_parameters_file {path!r}"
     known = ", ".join(name for _, name, *_ in _BATCHING_FIELDS)
-    parameters = _flags.parse_text(
+    parameters = _rules.parse_text(
         path, flag, _batching_parameters_class()(), f" (fields read: {known})"
     )
     if parameters.pad_variable_length_inputs:
@@ -486,7 +429,7 @@ def _with_factories(
     models: tuple[ServedModel, ...], specs: Sequence[str]
 ) -> tuple[ServedModel, ...]:
     """``models`` with the factories of ``--model_factory`` values, imported now."""
-    targets = _flags.factory_names(specs, [model.name for model in models])
+    targets = _rules.factory_names(specs, [model.name for model in models])
     return tuple(
         attrs.evolve(model, factory=import_factory(targets[model.name]))
         if model.name in targets
@@ -502,7 +445,7 @@ def import_factory(target: str) -> Callable[[], Any]:
         ValueError: ``target`` is malformed, or names nothing callable; the
             message says which.
     """
-    module_name, attribute = _flags.factory_target(target)
+    module_name, attribute = _rules.factory_target(target)
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
@@ -526,7 +469,7 @@ def read_model_config(path: str) -> tuple[ServedModel, ...]:
         FileNotFoundError: The file or a base path does not exist.
         ValueError: The file does not parse, or asks for what is not supported.
     """
-    config = _flags.read_model_server_config(path)
+    config = _rules.read_model_server_config(path)
     return served_models(config, f"--model_config_file {path!r}")
 
 
@@ -543,7 +486,7 @@ def served_models(config: object, source: str) -> tuple[ServedModel, ...]:
             twice, or gives a base path that is a model itself.
     """
     models = []
-    for entry, path in _flags.config_entries(config, source):
+    for entry, path in _rules.config_entries(config, source):
         try:
             policy = _policy(entry.model_version_policy)
         except ValueError as error:

@@ -1,0 +1,189 @@
+"""The flags of `lifecycle serve`: declared once, and everything made from the declarations."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from lifecycle import cli
+from lifecycle._core._flag import docs_table
+from lifecycle.cli._serve import serve_flags
+from lifecycle.server import ServerConfig, _flags
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVING_DOCS = ROOT / "docs" / "serving.md"
+
+
+def documented_table() -> str:
+    """The table of flags in docs/serving.md's "Flags" section, as written."""
+    text = SERVING_DOCS.read_text()
+    section = text[text.index("\n## Flags\n") :]
+    start = section.index("| flag | default | meaning |\n")
+    return section[start : section.index("\n\n", start) + 1]
+
+
+def test_the_docs_table_of_flags_is_the_declarations():
+    expected = docs_table(serve_flags())
+    assert documented_table() == expected, (
+        "docs/serving.md's table of flags differs from the declarations "
+        "(lifecycle/server/_flags.py, lifecycle/cli/_allocator.py); paste this table there:\n"
+        + expected
+    )
+
+
+def test_the_command_has_one_option_per_declared_flag():
+    command = typer.main.get_command(cli.build_app()).commands["serve"]
+    options = {param.name: param.opts for param in command.params if param.name != "help"}
+    assert options == {flag.name: [flag.flag, *flag.aliases] for flag in serve_flags()}
+
+
+def test_from_flags_and_check_flags_take_the_declared_flags():
+    declared = [(flag.name, flag.default) for flag in _flags.FLAGS]
+    for function in (ServerConfig.from_flags, _flags.check_flags):
+        parameters = inspect.signature(function).parameters.values()
+        assert [(p.name, p.default) for p in parameters] == declared, function
+    assert "allocator" not in inspect.signature(ServerConfig.from_flags).parameters
+
+
+def test_an_unknown_flag_is_a_type_error():
+    with pytest.raises(
+        TypeError, match=r"from_flags\(\) got unexpected keyword arguments: \['nope'\]"
+    ):
+        ServerConfig.from_flags(nope=1)
+
+
+def test_every_default_passes_its_check():
+    for flag in serve_flags():
+        if flag.check is not None:
+            flag.check(flag.default, flag.flag)
+    assert ServerConfig.from_flags() == ServerConfig()
+
+
+def test_every_flag_has_a_help_and_the_command_shows_it_plain():
+    for flag in serve_flags():
+        assert flag.help and not flag.help.endswith("."), flag.name
+        assert "`" not in flag.plain_help and "](" not in flag.plain_help, flag.name
+        assert flag.plain_help.endswith("."), flag.name
+
+
+# (flag, bad value, fragment): each refused by from_flags, with the flag named.
+BAD_VALUES = [
+    ("port", 70000, "--port must be a port number, 0-65535. Received: 70000"),
+    ("rest_api_port", -1, "--rest_api_port must be a port number, 0-65535. Received: -1"),
+    ("grpc_max_threads", 0, "--grpc_max_threads must be an integer >= 1. Received: 0"),
+    ("memory_budget", 1.5, "--memory_budget must be an integer >= 1 or None. Received: 1.5"),
+    ("memory_budget", 0, "--memory_budget must be an integer >= 1 or None. Received: 0"),
+    ("max_loaded", 1.5, "--max_loaded must be an integer >= 1 or None. Received: 1.5"),
+    ("max_loaded", True, "--max_loaded must be an integer >= 1 or None. Received: True"),
+    ("max_request_bytes", 0.5, "--max_request_bytes must be an integer >= 1. Received: 0.5"),
+    ("drain_seconds", 0, "--drain_seconds must be a number > 0. Received: 0"),
+    ("drain_seconds", math.nan, "--drain_seconds must be a number > 0. Received: nan"),
+    ("file_system_poll_wait_seconds", -1, "--file_system_poll_wait_seconds must be a number >= 0"),
+    ("repository_poll_secs", -1.0, "--repository_poll_secs must be a number >= 0 or None"),
+    ("loader_foreground_bytes", "20", "--loader_foreground_bytes must be an integer >= 0"),
+    ("sticky_key_header", "a key", "--sticky_key_header must be an HTTP header name"),
+    ("swap_policy", "fast", "--swap_policy must be one of"),
+    ("model_control_mode", "lazy", "--model_control_mode must be one of"),
+    ("tensorflow_session_parallelism", -1, "--tensorflow_session_parallelism must be an integer"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "fragment"), BAD_VALUES)
+def test_a_bad_value_is_refused_naming_the_flag_and_showing_the_value(name, value, fragment):
+    with pytest.raises(ValueError) as caught:
+        ServerConfig.from_flags(**{name: value})
+    assert fragment in str(caught.value)
+
+
+# ServerConfig's fields are checked with the declarations' checks; the message names the
+# flag and the field.
+BAD_FIELDS = [
+    ({"max_loaded": 1.5}, "--max_loaded must be an integer >= 1 or None. Received: max_loaded=1.5"),
+    (
+        {"memory_budget": 0},
+        "--memory_budget must be an integer >= 1 or None. Received: memory_budget=0",
+    ),
+    ({"grpc_port": -1}, "--port must be a port number, 0-65535. Received: grpc_port=-1"),
+    (
+        {"max_request_bytes": 2.5},
+        "--max_request_bytes must be an integer >= 1. Received: max_request_bytes=2.5",
+    ),
+    ({"drain_seconds": -1}, "--drain_seconds must be a number > 0. Received: drain_seconds=-1"),
+    (
+        {"intra_op_parallelism": -2},
+        "--tensorflow_intra_op_parallelism must be an integer >= 0. "
+        "Received: intra_op_parallelism=-2",
+    ),
+    (
+        {"sticky_key_header": ""},
+        "--sticky_key_header must be an HTTP header name. Received: sticky_key_header=''",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "message"), BAD_FIELDS)
+def test_server_config_checks_its_fields_with_the_flags_checks(fields, message):
+    with pytest.raises(ValueError) as caught:
+        ServerConfig(**fields)
+    assert str(caught.value) == message
+
+
+def test_the_command_turns_the_switches_and_lists_into_from_flags_keywords():
+    from lifecycle.cli._serve import server_flags
+
+    given = {flag.name: (None if flag.type is list else flag.default) for flag in serve_flags()}
+    given |= {"admin_api": True, "load_model": ["a", "b"]}  # --no_admin_api given
+    flags = server_flags(given)
+    assert set(flags) == {flag.name for flag in _flags.FLAGS}
+    assert flags["admin_api"] is False
+    assert flags["load_model"] == ("a", "b") and flags["route"] == ()
+
+
+def test_serve_passes_the_flags_to_the_server(monkeypatch):
+    import lifecycle.server
+
+    served: list[ServerConfig] = []
+    monkeypatch.setattr(lifecycle.server, "serve", served.append)
+    args = ["serve", "--port", "0", "--no_admin_api", "--max_loaded", "2", "--drain_seconds", "3"]
+    result = CliRunner().invoke(cli.build_app(), args)
+    assert result.exit_code == 0, result.output
+    (config,) = served
+    assert (config.grpc_port, config.admin_api, config.max_loaded) == (0, False, 2)
+    assert config.drain_seconds == 3.0
+
+
+# -- one label rule -------------------------------------------------------------------------
+
+
+def test_a_config_file_label_follows_the_label_rule(tmp_path):
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    config = tmp_path / "models.config"
+    config.write_text(
+        f'model_config_list {{ config {{ name: "m" base_path: "{tmp_path / "m"}" '
+        'version_labels { key: "canary-1" value: 1 } } }'
+    )
+    with pytest.raises(ValueError) as caught:
+        ServerConfig.from_flags(model_config_file=str(config))
+    message = str(caught.value)
+    assert "model 'm': Model 'm': A version label must match [a-zA-Z0-9_]+" in message
+    assert "Received: label='canary-1'" in message
+
+
+def test_the_registry_and_the_server_refuse_the_labels_the_config_file_refuses():
+    import lifecycle as lc
+    from lifecycle.server import ModelService
+
+    with lc.ModelRegistry() as registry:
+        for bad in ("canary-1", "a b", "", "é"):
+            with pytest.raises(ValueError, match=r"must match \[a-zA-Z0-9_\]\+"):
+                registry.set_label("m", bad, 1)
+        service = ModelService(registry, ServerConfig())  # the admin API's path
+        with pytest.raises(ValueError, match=r"must match \[a-zA-Z0-9_\]\+"):
+            service.set_label("m", "canary-1", 1)
+        with pytest.raises(lc.UnknownModelError):  # a good label: then the model is looked up
+            service.set_label("m", "canary_1", 1)
