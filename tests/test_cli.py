@@ -286,17 +286,17 @@ def test_a_failed_self_check_prints_the_error_and_exits_1(app, monkeypatch):
     assert "Traceback" not in result.output
 
 
-# Runs the command the way its console script does, then names the heavy
-# packages it imported.
+# Runs the command the way its console script does (`lifecycle = "lifecycle.cli:main"`),
+# then names the heavy packages it imported.
 AS_INSTALLED = """
 import sys
-import time
-import lifecycle_cli
+from lifecycle.cli import main
 sys.argv[0] = "lifecycle"
 try:
-    lifecycle_cli.main()
+    main()
 finally:
-    print("imported:", [m for m in ("lifecycle", "tensorflow", "keras") if m in sys.modules])
+    heavy = ("tensorflow", "keras", "grpc", "uvicorn", "lifecycle.server._app")
+    print("imported:", [m for m in heavy if m in sys.modules])
 """
 
 
@@ -347,7 +347,7 @@ def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
     if no_gpu_noise:  # a CUDA build on a host without a GPU, as on CPU-only CI
         assert "failed call to cuInit" in raw.stderr
     result = subprocess.run(
-        [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "version", "--check"],
+        [sys.executable, "-m", "lifecycle.cli", "version", "--check"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -567,3 +567,76 @@ def test_serve_and_soak_offer_the_allocator_and_refuse_an_unknown_one(app):
     assert result.exit_code == 2
     words = " ".join(result.output.replace("│", " ").split())  # rich's box, wrapped
     assert "allocator must be one of tensorflow, system, no-onednn; got 'pool'" in words
+
+
+# -- the package's own entry point ----------------------------------------------------------
+
+
+def test_the_console_script_runs_the_packages_main():
+    from importlib import metadata
+
+    (script,) = [e for e in metadata.entry_points(group="console_scripts") if e.name == "lifecycle"]
+    assert script.value == "lifecycle.cli:main"
+    assert not (ROOT / "lifecycle_cli.py").exists()
+
+
+def test_the_commands_do_not_import_the_application():
+    """One way: `_app` registers the commands; no command module imports `_app`."""
+    import ast
+
+    importers = {}
+    for path in sorted((ROOT / "lifecycle" / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+        }
+        importers[path.stem] = imported
+    assert {name for name, imported in importers.items() if "_app" in imported} == {
+        "__init__",
+        "__main__",
+    }
+    assert {"_serve", "_soak", "_inspect", "_version"} <= importers["_app"]
+
+
+@pytest.mark.subprocess
+def test_python_m_lifecycle_cli_is_the_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "lifecycle.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "serve" in result.stdout and "soak" in result.stdout
+
+
+WITHOUT_SERVE_EXTRA = """
+import sys
+sys.modules["uvicorn"] = None  # as if the serve extra were not installed
+from lifecycle.cli import main
+sys.argv[0] = "lifecycle"
+main()
+"""
+
+
+@pytest.mark.subprocess
+def test_without_the_serve_extra_help_works_and_serve_names_the_install():
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", WITHOUT_SERVE_EXTRA, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+
+    result = run("--help")
+    assert result.returncode == 0, result.stderr
+    assert "serve" in result.stdout
+    result = run("serve", "--port", "0")
+    assert result.returncode == 2, result.stderr
+    assert 'needs the serve extra: pip install "keras-lifecycle[serve]"' in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr

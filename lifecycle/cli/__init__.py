@@ -3,15 +3,15 @@
 Needs the ``cli`` extra (typer and rich); ``soak --plot`` needs ``plot``
 (matplotlib). A missing extra is reported with the ``pip install`` that fixes it.
 
-One module per command (``_soak``, ``_inspect``, ``_serve``, ``_version``) behind a thin
-application (``_app``) that registers them.
+One module per command (``_soak``, ``_inspect``, ``_serve``, ``_version``), each a
+plain function, and a thin application (``_app``) that registers them; the
+commands import ``_console`` (the console they share), never ``_app``.
 
-The ``lifecycle`` entry point (``lifecycle_cli``) loads this package without its
-parent, whose ``__init__`` imports TensorFlow, so that ``--help`` and ``version``
-answer at once; the commands that use the library import it through
-``_quiet.import_library``. Inside this package, import a submodule as
-``from ._x import name``: ``from . import _x`` makes the import system load the
-parent package too.
+The ``lifecycle`` entry point is :func:`main` (``python -m lifecycle.cli`` too).
+``--help`` and ``version`` answer at once: ``import lifecycle`` imports no
+TensorFlow, nothing in this package imports it at module level, and the
+commands that use the library import it as they run, through
+``_quiet.import_library``.
 """
 
 from ._app import build_app as build_app
