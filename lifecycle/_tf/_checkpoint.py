@@ -43,7 +43,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from tensorflow.python.checkpoint import async_checkpoint_helper
 from tensorflow.python.ops import resource_variable_ops
 
-from ..errors import CompatibilityError
+from ._internal import incompatible, internal
 from ._release import is_released, release
 
 __all__ = [
@@ -69,19 +69,9 @@ OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _HOOK = "_copy_trackable_to_cpu"
 
 
-def _moved(internal: str, error: BaseException) -> CompatibilityError:
-    # Imported here: _compat imports this module for its checks.
-    from ._compat import incompatible
-
-    return incompatible(internal, error)
-
-
 def _internal(obj: Any, name: str, owner: str) -> Any:
     """``obj.<name>``, or a CompatibilityError naming ``<owner>.<name>`` and the versions."""
-    try:
-        return getattr(obj, name)
-    except AttributeError as error:
-        raise _moved(f"{owner}.{name}", error) from error
+    return internal(obj, name, f"{owner}.{name}")
 
 
 class _HostCopy:
@@ -168,10 +158,12 @@ def self_check() -> None:
             installed TensorFlow and Keras versions.
     """
     if _HOOK not in vars(resource_variable_ops.BaseResourceVariable):
-        raise _moved(f"tf.Variable.{_HOOK}", AttributeError(f"tf.Variable defines no {_HOOK}"))
+        raise incompatible(
+            f"tf.Variable.{_HOOK}", AttributeError(f"tf.Variable defines no {_HOOK}")
+        )
     join = "_join_async_save_thread"
     if not callable(getattr(async_checkpoint_helper.AsyncCheckpointHelper, join, None)):
-        raise _moved(f"AsyncCheckpointHelper.{join}", AttributeError(f"no method {join}"))
+        raise incompatible(f"AsyncCheckpointHelper.{join}", AttributeError(f"no method {join}"))
     _check_async_save()
     _check_object_graph()
 
@@ -181,7 +173,7 @@ def _check_async_save() -> None:
     fix_async_copy([variable])
     checkpoint = tf.train.Checkpoint(kept=variable)
     if _internal(checkpoint, "_async_checkpointer_impl", "tf.train.Checkpoint") is not None:
-        raise _moved(
+        raise incompatible(
             "tf.train.Checkpoint._async_checkpointer_impl",
             AssertionError("set before any async save"),
         )
@@ -199,7 +191,7 @@ def _check_async_save() -> None:
                 shutdown_async(checkpoint)
             raise
         if shutdown_async(checkpoint) <= 0 or not is_released(copy):
-            raise _moved(
+            raise incompatible(
                 "AsyncCheckpointHelper._object_map",
                 AssertionError("the host copy was not released"),
             )
@@ -207,7 +199,7 @@ def _check_async_save() -> None:
     if helper_ref() is not None:
         gc.collect()  # only if a cycle holds it; a collection is slow with TF loaded
     if helper_ref() is not None:
-        raise _moved(
+        raise incompatible(
             "the atexit hook of AsyncCheckpointHelper",
             AssertionError("the helper is still referenced after shutdown_async()"),
         )
@@ -218,19 +210,19 @@ def _check_async_helper(checkpoint: tf.train.Checkpoint, variable: Any) -> tuple
     owner = "AsyncCheckpointHelper"
     helper = _internal(checkpoint, "_async_checkpointer_impl", "tf.train.Checkpoint")
     if not isinstance(helper, async_checkpoint_helper.AsyncCheckpointHelper):
-        raise _moved(
+        raise incompatible(
             "tf.train.Checkpoint._async_checkpointer_impl",
             AssertionError(f"holds {type(helper).__name__}, not an {owner}"),
         )
     if _internal(helper, "_initialized", owner) is not True:
-        raise _moved(f"{owner}._initialized", AssertionError("not True after a save"))
+        raise incompatible(f"{owner}._initialized", AssertionError("not True after a save"))
     copies = _internal(helper, "_object_map", owner)
     try:
         copy = copies[variable]
     except (KeyError, TypeError) as error:
-        raise _moved(f"{owner}._object_map", error) from error
+        raise incompatible(f"{owner}._object_map", error) from error
     if copies.get(variable.value) is not copy:
-        raise _moved(
+        raise incompatible(
             f"{owner} calling {_HOOK} on each variable",
             AssertionError("the Keras variable's host copy is not its inner variable's"),
         )
@@ -238,7 +230,7 @@ def _check_async_helper(checkpoint: tf.train.Checkpoint, variable: Any) -> tuple
     variable.assign([3.0, 4.0])
     getattr(variable, _HOOK)(object_map=copies)
     if copies[variable] is not copy or copy.numpy().tolist() != [3.0, 4.0]:
-        raise _moved(
+        raise incompatible(
             f"tf.Variable.{_HOOK}", AssertionError("the host copy is not refreshed in place")
         )
     return weakref.ref(helper), copy
@@ -250,11 +242,11 @@ def _check_object_graph() -> None:
         prefix = tf.train.Checkpoint(kept=variable).write(os.path.join(directory, "c"))
         reader = verify(prefix)
         if not reader.has_tensor(OBJECT_GRAPH_KEY):
-            raise _moved(f"checkpoint key {OBJECT_GRAPH_KEY!r}", KeyError(OBJECT_GRAPH_KEY))
+            raise incompatible(f"checkpoint key {OBJECT_GRAPH_KEY!r}", KeyError(OBJECT_GRAPH_KEY))
         graph = object_graph(reader)
     matched = match(tf.train.Checkpoint(kept=variable), graph)
     if not any(obj is variable for obj in matched.values()):
-        raise _moved("tf.train.TrackableView.children", AssertionError("no match by name"))
+        raise incompatible("tf.train.TrackableView.children", AssertionError("no match by name"))
 
 
 def verify(prefix: str) -> tf.train.CheckpointReader:
