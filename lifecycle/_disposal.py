@@ -14,7 +14,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import keras
@@ -37,13 +37,14 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from ._checkpoints import CheckpointKeeper
     from ._session import LifecycleSession
 
 __all__ = [
     "DEFAULT_DISPOSE_TIMEOUT",
+    "Dependent",
     "DeviceRelease",
     "DisposeReport",
+    "Keeper",
     "ModelRecord",
     "disposed_error",
     "held",
@@ -115,6 +116,26 @@ class DisposeReport:
         return self.drain_seconds + self.release_seconds + self.collect_seconds
 
 
+class Dependent(Protocol):
+    """What a model's record needs from an object that holds part of the model.
+
+    A serving function (``_serving.py``) or a checkpoint keeper
+    (``_checkpoints/``) adds itself to its model's ``record.dependents``. The
+    record knows it only through this protocol: those modules import this one,
+    never the other way round.
+    """
+
+    def _drop(self) -> None:
+        """Let go of the model and what it holds of it (a dispose, after the release)."""
+
+
+class Keeper(Dependent, Protocol):
+    """A dependent that writes the model to disk: a checkpoint keeper."""
+
+    def _flush(self) -> None:
+        """Wait for a pending write (a dispose, before any buffer is released)."""
+
+
 def _pooled(cpu_bytes: int) -> bool:
     """Whether ``cpu_bytes`` released went to oneDNN's pool rather than the system."""
     return cpu_bytes > 0 and _tf.memory.cpu_allocator() == "onednn-pool"
@@ -136,11 +157,11 @@ class ModelRecord:
     # Serialises dispose(); never held while a call is in flight on this thread.
     dispose_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     # Objects holding traced functions of this model; cleared on dispose.
-    dependents: weakref.WeakSet[Any] = attrs.field(factory=weakref.WeakSet, init=False)
+    dependents: weakref.WeakSet[Dependent] = attrs.field(factory=weakref.WeakSet, init=False)
     # Open checkpoint keepers by absolute directory, one per directory. Each is
-    # also in dependents (so dispose() flushes and drops it) and leaves this
-    # dict when it closes; one is added only while state is LIVE.
-    keepers: dict[str, CheckpointKeeper] = attrs.field(factory=dict, init=False)
+    # also in dependents (so dispose() drops it), is flushed by dispose() first,
+    # and leaves this dict when it closes; one is added only while state is LIVE.
+    keepers: dict[str, Keeper] = attrs.field(factory=dict, init=False)
     # Guards keepers.
     keepers_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     # Weak references to the handle tensors of the model's buffers and to the
@@ -241,7 +262,7 @@ class ModelRecord:
             # a step below fails, and a later dispose() retries the release.
             self.state = ModelState.DISPOSED
             self.name = model.name
-            self._flush_dependents()
+            self._flush_keepers()
             per_device, purged, detached, steps = self._release(model, variables)
             del variables
             bytes_released = sum(nbytes for nbytes, _ in per_device.values())
@@ -335,14 +356,13 @@ class ModelRecord:
                 "dispose(coordinate=False)."
             ) from error
 
-    def _flush_dependents(self) -> None:
+    def _flush_keepers(self) -> None:
         # Pending checkpoint writes go to disk before any buffer is released.
-        for dependent in list(self.dependents):
-            flush = getattr(dependent, "_flush", None)
-            if flush is None:
-                continue
+        with self.keepers_lock:
+            keepers = list(self.keepers.values())
+        for keeper in keepers:
             try:
-                flush()
+                keeper._flush()
             except Exception as error:  # the model is disposed regardless
                 warnings.warn(
                     f"dispose() of {self.describe()}: {error}", RuntimeWarning, stacklevel=3

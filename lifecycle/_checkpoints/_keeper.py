@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import keras
 import tensorflow as tf
@@ -266,7 +266,8 @@ def keeper_of(
         if record.state is not ModelState.LIVE:
             raise disposed_error(model, "model.checkpoints()")
         key = os.path.abspath(os.fspath(directory))
-        keeper = record.keepers.get(key)
+        # The record knows its keepers as `Keeper`s; they are all this class.
+        keeper = cast("CheckpointKeeper | None", record.keepers.get(key))
         created = keeper is None
         if keeper is None:
             keeper = CheckpointKeeper(
