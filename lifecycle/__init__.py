@@ -1,10 +1,24 @@
-"""keras-lifecycle: Keras 3 / TensorFlow models that give their memory back."""
+"""keras-lifecycle: Keras 3 / TensorFlow models that give their memory back.
 
-# ruff: noqa: E402 - the allocator is chosen before anything imports TensorFlow,
-# which reads its allocator settings once.
+``import lifecycle`` imports no TensorFlow: it applies ``LIFECYCLE_ALLOCATOR``
+(which TensorFlow reads once, when it starts) and nothing else. Each name below
+is imported on first use (PEP 562), with TensorFlow and the library's check of
+its internals (``lifecycle/_tf/``) for the names that need them; the command
+line and the pytest plugin start at once.
+
+The everyday names are here. Tuning names (the CPU allocator, default
+thresholds and timeouts) are in :mod:`lifecycle.tuning`; introspection names
+(the self-check, per-object statistics) in :mod:`lifecycle.introspection`. Both
+are still importable from here under their old names.
+"""
+
+# First thing: the allocator is chosen before anything imports TensorFlow, which
+# reads its allocator settings once.
 import sys as _sys
+import typing as _typing
 
 from ._core import _allocator
+from ._core._lazy import attach as _attach
 
 if "tensorflow" in _sys.modules:  # `import keras` came first: ask whether it allocated
     from ._tf._memory import tensorflow_allocated as _allocated
@@ -12,86 +26,82 @@ else:
     _allocated = None
 _allocator.apply_from_environment(tensorflow_allocated=_allocated)
 
-from . import distribute as distribute
-from . import integrations as integrations
-from . import monitoring as monitoring
-from . import testing as testing
-from ._checkpoints import CheckpointKeeper as CheckpointKeeper
-from ._checkpoints import restore_checkpoint as restore_checkpoint
-from ._core import AllocatorChoice as AllocatorChoice
-from ._core import AllocatorSettings as AllocatorSettings
-from ._core import CleanerStatistics as CleanerStatistics
-from ._core import CleanupStrategy as CleanupStrategy
-from ._core import ModelState as ModelState
-from ._core import SessionState as SessionState
-from ._core import allocator_choice as allocator_choice
-from ._core import tune_allocator as tune_allocator
-from ._disposal import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
-from ._disposal import DeviceRelease as DeviceRelease
-from ._disposal import DisposeReport as DisposeReport
-from ._model import ManagedModel as ManagedModel
-from ._model import ModelStatistics as ModelStatistics
-from ._model import manage as manage
-from ._registry import BatchingPolicy as BatchingPolicy
-from ._registry import BatchingStatistics as BatchingStatistics
-from ._registry import Inference as Inference
-from ._registry import ModelRegistry as ModelRegistry
-from ._registry import NamedTensorSpec as NamedTensorSpec
-from ._registry import RegistryStatistics as RegistryStatistics
-from ._registry import ScanReport as ScanReport
-from ._registry import ServingLease as ServingLease
-from ._registry import ServingSignature as ServingSignature
-from ._registry import SwapPolicy as SwapPolicy
-from ._registry import VersionPolicy as VersionPolicy
-from ._registry import VersionState as VersionState
-from ._registry import VersionStatus as VersionStatus
-from ._serving import ServingFunction as ServingFunction
-from ._serving import serving_function as serving_function
-from ._session import DEFAULT_PRESSURE_THRESHOLD as DEFAULT_PRESSURE_THRESHOLD
-from ._session import DEFAULT_TRIM_THRESHOLD as DEFAULT_TRIM_THRESHOLD
-from ._session import LifecycleSession as LifecycleSession
-from ._session import SessionStatistics as SessionStatistics
-from ._session import current_session as current_session
-from ._tf import CompatibilityReport as CompatibilityReport
-from ._tf import check_compatibility as check_compatibility
-from .errors import BudgetExceededError as BudgetExceededError
-from .errors import CheckpointError as CheckpointError
-from .errors import CompatibilityError as CompatibilityError
-from .errors import CoordinationError as CoordinationError
-from .errors import DisposedError as DisposedError
-from .errors import DisposeInProgressError as DisposeInProgressError
-from .errors import DrainTimeoutError as DrainTimeoutError
-from .errors import LifecycleError as LifecycleError
-from .errors import LoadError as LoadError
-from .errors import NotAModelError as NotAModelError
-from .errors import QueueFullError as QueueFullError
-from .errors import UnavailableError as UnavailableError
-from .errors import UnknownModelError as UnknownModelError
-from .monitoring import LeakReport as LeakReport
-from .monitoring import Statistics as Statistics
-from .monitoring import check_disposed as check_disposed
-from .monitoring import find_leaks as find_leaks
-from .monitoring import statistics as statistics
+if _typing.TYPE_CHECKING:
+    from . import distribute as distribute
+    from . import errors as errors
+    from . import integrations as integrations
+    from . import introspection as introspection
+    from . import monitoring as monitoring
+    from . import server as server
+    from . import testing as testing
+    from . import tuning as tuning
+    from ._checkpoints import CheckpointKeeper as CheckpointKeeper
+    from ._checkpoints import restore_checkpoint as restore_checkpoint
+    from ._core import CleanupStrategy as CleanupStrategy
+    from ._core import ModelState as ModelState
+    from ._core import SessionState as SessionState
+    from ._disposal import DisposeReport as DisposeReport
+    from ._model import ManagedModel as ManagedModel
+    from ._model import manage as manage
+    from ._registry import BatchingPolicy as BatchingPolicy
+    from ._registry import Inference as Inference
+    from ._registry import ModelRegistry as ModelRegistry
+    from ._registry import NamedTensorSpec as NamedTensorSpec
+    from ._registry import ScanReport as ScanReport
+    from ._registry import ServingLease as ServingLease
+    from ._registry import ServingSignature as ServingSignature
+    from ._registry import SwapPolicy as SwapPolicy
+    from ._registry import VersionPolicy as VersionPolicy
+    from ._registry import VersionState as VersionState
+    from ._registry import VersionStatus as VersionStatus
+    from ._serving import ServingFunction as ServingFunction
+    from ._serving import serving_function as serving_function
+    from ._session import LifecycleSession as LifecycleSession
+    from ._session import current_session as current_session
+    from .errors import BudgetExceededError as BudgetExceededError
+    from .errors import CheckpointError as CheckpointError
+    from .errors import CompatibilityError as CompatibilityError
+    from .errors import CoordinationError as CoordinationError
+    from .errors import DisposedError as DisposedError
+    from .errors import DisposeInProgressError as DisposeInProgressError
+    from .errors import DrainTimeoutError as DrainTimeoutError
+    from .errors import LifecycleError as LifecycleError
+    from .errors import LoadError as LoadError
+    from .errors import NotAModelError as NotAModelError
+    from .errors import QueueFullError as QueueFullError
+    from .errors import UnavailableError as UnavailableError
+    from .errors import UnknownModelError as UnknownModelError
+    from .introspection import BatchingStatistics as BatchingStatistics
+    from .introspection import CleanerStatistics as CleanerStatistics
+    from .introspection import CompatibilityReport as CompatibilityReport
+    from .introspection import DeviceRelease as DeviceRelease
+    from .introspection import ModelStatistics as ModelStatistics
+    from .introspection import RegistryStatistics as RegistryStatistics
+    from .introspection import SessionStatistics as SessionStatistics
+    from .introspection import check_compatibility as check_compatibility
+    from .monitoring import LeakReport as LeakReport
+    from .monitoring import Statistics as Statistics
+    from .monitoring import check_disposed as check_disposed
+    from .monitoring import find_leaks as find_leaks
+    from .monitoring import statistics as statistics
+    from .tuning import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
+    from .tuning import DEFAULT_PRESSURE_THRESHOLD as DEFAULT_PRESSURE_THRESHOLD
+    from .tuning import DEFAULT_TRIM_THRESHOLD as DEFAULT_TRIM_THRESHOLD
+    from .tuning import AllocatorChoice as AllocatorChoice
+    from .tuning import AllocatorSettings as AllocatorSettings
+    from .tuning import allocator_choice as allocator_choice
+    from .tuning import tune_allocator as tune_allocator
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_DISPOSE_TIMEOUT",
-    "DEFAULT_PRESSURE_THRESHOLD",
-    "DEFAULT_TRIM_THRESHOLD",
-    "AllocatorChoice",
-    "AllocatorSettings",
     "BatchingPolicy",
-    "BatchingStatistics",
     "BudgetExceededError",
     "CheckpointError",
     "CheckpointKeeper",
-    "CleanerStatistics",
     "CleanupStrategy",
     "CompatibilityError",
-    "CompatibilityReport",
     "CoordinationError",
-    "DeviceRelease",
     "DisposeInProgressError",
     "DisposeReport",
     "DisposedError",
@@ -104,17 +114,14 @@ __all__ = [
     "ManagedModel",
     "ModelRegistry",
     "ModelState",
-    "ModelStatistics",
     "NamedTensorSpec",
     "NotAModelError",
     "QueueFullError",
-    "RegistryStatistics",
     "ScanReport",
     "ServingFunction",
     "ServingLease",
     "ServingSignature",
     "SessionState",
-    "SessionStatistics",
     "Statistics",
     "SwapPolicy",
     "UnavailableError",
@@ -122,8 +129,6 @@ __all__ = [
     "VersionPolicy",
     "VersionState",
     "VersionStatus",
-    "allocator_choice",
-    "check_compatibility",
     "check_disposed",
     "current_session",
     "find_leaks",
@@ -131,5 +136,83 @@ __all__ = [
     "restore_checkpoint",
     "serving_function",
     "statistics",
-    "tune_allocator",
 ]
+
+# Where each name lives, imported on first use; the TYPE_CHECKING imports above
+# say the same for type checkers (tests/test_exports.py keeps the two equal).
+_EVERYDAY = {
+    "._checkpoints": ("CheckpointKeeper", "restore_checkpoint"),
+    "._core": ("CleanupStrategy", "ModelState", "SessionState"),
+    "._disposal": ("DisposeReport",),
+    "._model": ("ManagedModel", "manage"),
+    "._registry": (
+        "BatchingPolicy",
+        "Inference",
+        "ModelRegistry",
+        "NamedTensorSpec",
+        "ScanReport",
+        "ServingLease",
+        "ServingSignature",
+        "SwapPolicy",
+        "VersionPolicy",
+        "VersionState",
+        "VersionStatus",
+    ),
+    "._serving": ("ServingFunction", "serving_function"),
+    "._session": ("LifecycleSession", "current_session"),
+    ".errors": (
+        "BudgetExceededError",
+        "CheckpointError",
+        "CompatibilityError",
+        "CoordinationError",
+        "DisposeInProgressError",
+        "DisposedError",
+        "DrainTimeoutError",
+        "LifecycleError",
+        "LoadError",
+        "NotAModelError",
+        "QueueFullError",
+        "UnavailableError",
+        "UnknownModelError",
+    ),
+    ".monitoring": ("LeakReport", "Statistics", "check_disposed", "find_leaks", "statistics"),
+}
+# The names that moved to lifecycle.tuning and lifecycle.introspection, still
+# importable here under their old names (not in __all__).
+_MOVED = {
+    ".introspection": (
+        "BatchingStatistics",
+        "CleanerStatistics",
+        "CompatibilityReport",
+        "DeviceRelease",
+        "ModelStatistics",
+        "RegistryStatistics",
+        "SessionStatistics",
+        "check_compatibility",
+    ),
+    ".tuning": (
+        "DEFAULT_DISPOSE_TIMEOUT",
+        "DEFAULT_PRESSURE_THRESHOLD",
+        "DEFAULT_TRIM_THRESHOLD",
+        "AllocatorChoice",
+        "AllocatorSettings",
+        "allocator_choice",
+        "tune_allocator",
+    ),
+}
+_SUBPACKAGES = (
+    "distribute",
+    "errors",
+    "integrations",
+    "introspection",
+    "monitoring",
+    "server",
+    "testing",
+    "tuning",
+)
+
+__getattr__, __dir__ = _attach(
+    __name__,
+    {**_EVERYDAY, **_MOVED},
+    _SUBPACKAGES,
+)
