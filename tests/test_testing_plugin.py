@@ -70,6 +70,24 @@ def test_the_plugin_fails_leaking_tests_and_disposes_what_they_left(pytester):
     assert "unchecked" not in out and "tidy" not in out
 
 
+# Every pytest run of a project that installed keras-lifecycle loads the plugin.
+LOAD_CHILD = """
+import sys
+from importlib.metadata import entry_points
+
+(plugin,) = [e for e in entry_points(group="pytest11") if e.name == "lifecycle"]
+plugin.load()
+heavy = ("tensorflow", "keras", "numpy", "lifecycle._tf", "lifecycle._model", "lifecycle.testing")
+print("RESULT", plugin.value, sorted(m for m in sys.modules if m.startswith(heavy)))
+"""
+
+
+@pytest.mark.subprocess
+def test_the_plugin_is_inside_the_package_and_loading_it_imports_no_tensorflow(run_child):
+    output = run_child(LOAD_CHILD, python_options=("-W", "error"))
+    assert output.split("RESULT", 1)[1].split() == ["lifecycle.pytest_plugin", "[]"]
+
+
 @pytest.mark.no_leaks
 def test_the_marker_in_this_suite_passes_a_test_that_disposes():
     inputs = keras.Input((4,))

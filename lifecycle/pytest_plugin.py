@@ -1,7 +1,8 @@
 """keras-lifecycle's pytest plugin: the ``no_leaks`` fixture and marker.
 
 Registered through the ``pytest11`` entry point. Loading it imports neither
-TensorFlow nor keras-lifecycle; a test that asks for the check imports them.
+TensorFlow nor the library's parts that use it (``import lifecycle`` loads its
+names on first use); a test that asks for the check imports them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     )
     if not wanted:
         return (yield)
-    from lifecycle.testing import LeakCheck
+    from .testing import LeakCheck
 
     check = LeakCheck().start()
     try:
