@@ -38,9 +38,11 @@ check-size:
 	  exit 1; \
 	fi
 
+# lint-imports: the layers of docs/internals.md ([tool.importlinter] in pyproject.toml).
 lint: check-size $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # The benchmark scripts' end-to-end runs (marker `benchmark`) are left out of
 # `make test`; one cheap run through the harness's child processes stays in.
@@ -64,4 +66,4 @@ bench: $(VENV)/.demo-installed
 	$(BIN)/python benchmarks/loop_training.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .import_linter_cache *.egg-info
