@@ -230,7 +230,8 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None) -> int:
         return 0
     if bench.collect is not None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        signal.alarm(max(1, int(args.timeout)))  # SIGALRM ends a run that hangs
+        # SIGALRM ends a run that hangs; with children, each has its own timeout.
+        signal.alarm(0 if bench.measure else max(1, int(args.timeout)))
         runs, failures = bench.collect(args), []
         signal.alarm(0)
         runs = [{v: r for v, r in run.items() if v in args.variants} for run in runs]
@@ -391,11 +392,16 @@ def fmt_spread(values: Iterable[float | None], spec: str, suffix: str = "") -> s
     return f"{median} ({fmt(found.low, spec)}-{fmt(found.high, spec)})"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:  # all bound at once: distinct
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def slope(values: Sequence[float]) -> float | None:
