@@ -206,7 +206,6 @@ _SUBPACKAGES = (
     "integrations",
     "introspection",
     "monitoring",
-    "server",
     "testing",
     "tuning",
 )
@@ -215,4 +214,5 @@ __getattr__, __dir__ = _attach(
     __name__,
     {**_EVERYDAY, **_MOVED},
     _SUBPACKAGES,
+    unlisted=("server",),  # needs the serve extra
 )

@@ -20,6 +20,7 @@ def attach(
     name: str,
     modules: Mapping[str, Iterable[str]],
     submodules: Iterable[str] = (),
+    unlisted: Iterable[str] = (),
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for module ``name``, importing its names on first use.
 
@@ -29,12 +30,16 @@ def attach(
             mapped to the names of it that are exported.
         submodules: Submodules of the package ``name`` reachable as its
             attributes, imported on first use too.
+        unlisted: Submodules reachable the same way but left out of
+            ``__dir__``: those that need an extra, whose import fails without
+            it (``help()`` reads every name ``dir()`` lists).
 
     Returns:
         The module-level ``__getattr__`` and ``__dir__`` to assign there.
     """
     where = {exported: module for module, names in modules.items() for exported in names}
-    submodules = frozenset(submodules)
+    listed = frozenset(submodules)
+    submodules = listed | frozenset(unlisted)
 
     def __getattr__(attribute: str) -> Any:
         this = sys.modules[name]
@@ -50,6 +55,6 @@ def attach(
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*vars(sys.modules[name]), *where, *submodules})
+        return sorted({*vars(sys.modules[name]), *where, *listed})
 
     return __getattr__, __dir__
