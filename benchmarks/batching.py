@@ -67,8 +67,9 @@ def in_turns(modes: tuple[str, ...], args: argparse.Namespace, measure: Any) -> 
 # ------------------------------------------------------------------ in-process
 
 
-def measure_modes(registry: Any, modes: tuple[str, ...], request: Any, clients: int,
-                  args: argparse.Namespace) -> dict[str, dict[str, Any]]:  # fmt: skip
+def measure_modes(
+    registry: Any, modes: tuple[str, ...], request: Any, clients: int, args: argparse.Namespace
+) -> dict[str, dict[str, Any]]:
     """``clients`` threads calling ``registry.predict`` on each mode in turn; per mode."""
     threads = RequestThreads(lambda index: registry.predict(modes[index], request), clients)
     seconds = dict.fromkeys(modes, 0.0)
@@ -160,8 +161,9 @@ def counters(server: serve.Server) -> tuple[float, int, int]:
     return server.cpu_seconds(), stats.get("batches", 0), stats.get("requests", 0)
 
 
-def serve_round(servers: dict[str, serve.Server], index: int, clients: int,
-                args: argparse.Namespace, logs: Path) -> dict[str, dict[str, Any]]:  # fmt: skip
+def serve_round(
+    servers: dict[str, serve.Server], index: int, clients: int, args: argparse.Namespace, logs: Path
+) -> dict[str, dict[str, Any]]:
     """``clients`` Locust users taking turns between the servers (one load child); per mode."""
     modes = modes_of(index)
     opened: dict[str, tuple[float, int, int]] = {}
@@ -260,8 +262,10 @@ def targets(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
                     continue
                 met = found.median >= bound if op == ">=" else found.median <= bound
                 verdict = "met" if met else "MISSED"
-                lines.append(f"target: {case}, {label} on/off {op} {bound:g}x: {verdict} "
-                             f"(median {found.median:.3f}x)")  # fmt: skip
+                lines.append(
+                    f"target: {case}, {label} on/off {op} {bound:g}x: {verdict} "
+                    f"(median {found.median:.3f}x)"
+                )
                 ceiling = ratio("requests_per_second", "ceiling")
                 if op == ">=" and ceiling is not None and ceiling.median < bound:
                     lines.append(f"  out of reach: the ceiling served {ceiling.median:.2f}x off's")

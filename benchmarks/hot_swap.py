@@ -182,9 +182,13 @@ class RssSampler(threading.Thread):
 
 
 def swap_loop(
-    registry: Any, factory: Callable[[], Any], request: Any, threads: RequestThreads,
-    args: argparse.Namespace, sampler: RssSampler,
-) -> dict[str, list[float]]:  # fmt: skip
+    registry: Any,
+    factory: Callable[[], Any],
+    request: Any,
+    threads: RequestThreads,
+    args: argparse.Namespace,
+    sampler: RssSampler,
+) -> dict[str, list[float]]:
     """Swap versions until ``--seconds`` passed and ``--min-swaps`` were made."""
     found: dict[str, list[float]] = {"load": [], "promote": [], "unload": [], "resident": []}
     found["rss_mib"] = []

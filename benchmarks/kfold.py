@@ -107,9 +107,13 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         model = lc.manage(model) if managed else model
         fit_started = time.perf_counter()
         model.fit(
-            x[train], y[train], batch_size=args.batch, epochs=args.epochs, verbose=0,
+            x[train],
+            y[train],
+            batch_size=args.batch,
+            epochs=args.epochs,
+            verbose=0,
             callbacks=[timer],
-        )  # fmt: skip
+        )
         fits.append(time.perf_counter() - fit_started)
         model.evaluate(x[test], y[test], batch_size=args.batch, verbose=0)
         if managed:

@@ -203,8 +203,11 @@ def run_load(args: argparse.Namespace) -> dict[str, Any]:
 def measure(role: str, args: argparse.Namespace) -> dict[str, Any]:
     """A child's role: ``export`` the model to ``--model``, the ``handwritten`` server, ``load``."""
     if role == "export":
+        import tensorflow as tf
+
         build_mlp(args.units).export(args.model, verbose=False)
-        return {}
+        signature = tf.saved_model.load(args.model).signatures["serving_default"]
+        return {"input_name": next(iter(signature.structured_input_signature[1]))}
     return run_handwritten(args) if role == "handwritten" else run_load(args)
 
 
@@ -256,7 +259,12 @@ def lifecycle_serve(port: int, base: Path, *flags: str) -> list[str]:
 
 
 def start_server(
-    name: str, port: int, command: list[str], logs: Path, env: dict[str, str] | None = None
+    name: str,
+    port: int,
+    command: list[str],
+    logs: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Server:
     """Start ``command`` (a server listening on ``port``), its output to ``logs``."""
     log = logs / f"server-{name}.log"
@@ -267,6 +275,7 @@ def start_server(
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env or _harness.child_environment(),
+            cwd=cwd,
         )
     return Server(name, process, port, log)
 
@@ -281,7 +290,7 @@ def wait_ready(
         try:
             (probe or post_predict)(server.url)
             return
-        except (OSError, ValueError):
+        except (OSError, ValueError, RuntimeError):
             pass  # not listening yet (the port opens once the model is loaded)
         if time.perf_counter() - started > timeout:
             raise RuntimeError(
@@ -312,12 +321,13 @@ def stop_processes(processes: Sequence[subprocess.Popen[Any]]) -> None:
             process.wait()
 
 
-def export_model(units: int, path: Path, timeout: float) -> None:
-    """Write the served MLP as a SavedModel at ``path``, in a child (no TensorFlow here)."""
+def export_model(units: int, path: Path, timeout: float) -> dict[str, Any]:
+    """Write the served MLP as a SavedModel at ``path``, in a child; its input's name."""
     options = ["--units", str(units), "--model", str(path)]
     done = _harness.spawn_child(Path(__file__), "export", options, timeout)
     if done.error is not None:
         raise RuntimeError(f"exporting the {units}-unit model failed: {done.error}")
+    return done.result or {}
 
 
 def run_load_child(
@@ -327,9 +337,13 @@ def run_load_child(
     command = [sys.executable, __file__, "--variant", "load", *options]
     with log.open("ab") as errors:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
-            env=_harness.child_environment(), text=True,
-        )  # fmt: skip
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=_harness.child_environment(),
+            text=True,
+        )
     timer = threading.Timer(timeout, process.kill)
     timer.start()
     result = None
