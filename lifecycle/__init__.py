@@ -4,7 +4,8 @@
 (which TensorFlow reads once, when it starts) and nothing else. Each name below
 is imported on first use (PEP 562), with TensorFlow and the library's check of
 its internals (``lifecycle/_tf/``) for the names that need them; the command
-line and the pytest plugin start at once.
+line and the pytest plugin start at once. Only when Keras is imported already
+does ``import lifecycle`` import ``ManagedModel``, which registers it with Keras.
 
 The everyday names are here. Tuning names (the CPU allocator, default
 thresholds and timeouts) are in :mod:`lifecycle.tuning`; introspection names
@@ -25,6 +26,11 @@ if "tensorflow" in _sys.modules:  # `import keras` came first: ask whether it al
 else:
     _allocated = None
 _allocator.apply_from_environment(tensorflow_allocated=_allocated)
+
+if "keras" in _sys.modules:
+    # Keras (and TensorFlow) came first: register ManagedModel with Keras now,
+    # so that keras.models.load_model() finds it in a saved file (about 30 ms).
+    from . import _model as _model
 
 if _typing.TYPE_CHECKING:
     from . import distribute as distribute

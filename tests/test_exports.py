@@ -168,3 +168,22 @@ def test_import_lifecycle_imports_no_tensorflow_until_a_name_needs_it(run_child)
     assert set(result["dir"]) >= set(lc.__all__) | MOVED | SUBPACKAGES - {"server"}
     assert "server" not in result["dir"]
     assert result["star"] == sorted(lc.__all__)
+
+
+@pytest.mark.subprocess
+def test_after_keras_import_lifecycle_registers_managed_model_for_load_model(run_child, tmp_path):
+    import keras
+
+    inputs = keras.Input((3,))
+    model = lc.ManagedModel(inputs, keras.layers.Dense(2)(inputs), name="saved")
+    model.save(tmp_path / "saved.keras")
+    model.dispose()
+    # As isort orders a user's imports: keras before lifecycle.
+    code = f"""
+import keras
+import lifecycle
+loaded = keras.models.load_model({str(tmp_path / "saved.keras")!r})
+print("RESULT", type(loaded).__name__, loaded.name)
+loaded.dispose()
+"""
+    assert run_child(code).split("RESULT", 1)[1].split() == ["ManagedModel", "saved"]
