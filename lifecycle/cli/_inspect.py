@@ -11,7 +11,6 @@ import types
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from ._console import console
 from ._quiet import import_library
@@ -53,6 +52,8 @@ def inspect(
         out.print(traceback.format_exc(), markup=False, soft_wrap=True)
     finally:
         sys.argv = saved_argv
+    from rich.table import Table  # here: `lifecycle --help` does not need it
+
     table = Table(title=f"keras-lifecycle statistics after {target}")
     table.add_column("statistic")
     table.add_column("value", justify="right")

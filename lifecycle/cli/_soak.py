@@ -18,8 +18,6 @@ import time
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
 from ._allocator import allocator_option, choose_allocator
 from ._console import MissingExtraError, console
@@ -65,6 +63,10 @@ def soak(
         f"slots), {cycles} cycles per variant, variants side by side, "
         f"CPU allocator: {chosen_allocator}"
     )
+    # Here rather than at the top: `lifecycle --help` does not need them.
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.table import Table
+
     # Only for the trend fit: the children train, this process reads their samples.
     import_library()
     from ..monitoring._trend import fit

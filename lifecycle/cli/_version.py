@@ -8,7 +8,6 @@ command answers at once: importing TensorFlow to ask it takes seconds. Only
 # No `from __future__ import annotations`: typer reads the command's annotations
 # at run time.
 from collections.abc import Iterator
-from importlib import metadata
 
 import typer
 
@@ -60,6 +59,8 @@ def installed(package: str) -> str:
     Returns:
         Its version, or ``"not installed"``.
     """
+    from importlib import metadata  # here: `lifecycle --help` does not need it
+
     for name in _distributions(package):
         try:
             return metadata.version(name)
@@ -69,6 +70,8 @@ def installed(package: str) -> str:
 
 
 def _distributions(package: str) -> Iterator[str]:
+    from importlib import metadata
+
     yield from _DISTRIBUTIONS.get(package, ())
     # Any other (a fork, a build of one's own): slower, as it reads every distribution's files.
     yield from metadata.packages_distributions().get(package, ())

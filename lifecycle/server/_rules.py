@@ -10,7 +10,6 @@ seconds. Every message names the flag and shows the value received.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -76,6 +75,8 @@ _REMOTE = ("gs://", "s3://", "hdfs://")
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` is a loopback address (or ``localhost``): other hosts cannot connect."""
+    import ipaddress  # here: the command's --help does not need it
+
     if host == "localhost":
         return True
     try:
