@@ -177,8 +177,8 @@ def __getattr__(name: str) -> Any:
 
 def peer_python(name: str, venv: str | None) -> tuple[Path | None, str]:
     """The Python of a peer's virtualenv, or None and why it is skipped."""
-    create = f"python3 -m venv {venv or f'/tmp/peer-{name}'} && .../bin/pip install "
-    create += " ".join(PEERS[name])
+    where = venv or f"/tmp/peer-{name}"
+    create = f"python3 -m venv {where} && {where}/bin/pip install {' '.join(PEERS[name])}"
     python = Path(venv or "/nonexistent") / "bin" / "python"
     if not python.is_file():
         return None, f"no virtualenv at {venv} (--{name}-venv); create it: {create}"

@@ -359,6 +359,8 @@ def run_load_child(
         if process.poll() is None:
             process.kill()
             process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
     if code != 0 or result is None:
         raise RuntimeError(f"load child failed (exit code {code}); log: {log}\n{tail(log)}")
     return result

@@ -364,6 +364,82 @@ def test_the_checkpoint_targets_compare_saves_and_restores_with_their_plain_kind
     assert "target: keeper restore <= 1.5x plain restore: MISSED (2.00x)" in lines
 
 
+# A stand-in for a `lifecycle serve` process: answers the benchmark's predict call (with
+# status sys.argv[2]) and the admin API's batching counters, one batch per two requests.
+STAND_IN_SERVER = """
+import http.server, json, sys
+served = 0
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *args):
+        pass
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_POST(self):
+        global served
+        self.rfile.read(int(self.headers["Content-Length"]))
+        served += 1
+        self.reply(int(sys.argv[2]), {"predictions": [[0.0]]})
+    def do_GET(self):
+        batching = {"batches": served // 2, "requests": served // 2 * 2}
+        self.reply(200, {"versions": [{"batching": batching}]})
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+@pytest.mark.subprocess
+def test_the_served_batching_part_takes_turns_each_server_by_its_own_requests(
+    load_script, tmp_path
+):
+    module = load_script("batching")
+    serve = module.serve
+    servers = {}
+    ports = _harness.free_ports(3)
+    for mode, port, status in zip(("off", "on", "ceiling"), ports, (200, 200, 500), strict=True):
+        command = [sys.executable, "-c", STAND_IN_SERVER, str(port), str(status)]
+        servers[mode] = serve.start_server(mode, port, command, tmp_path)
+    args = _harness.parse_args(module.BENCHMARK, ["--seconds", "0.8", "--warmup", "0.2"])
+    args.slices = 2
+    try:
+        for server in servers.values():
+            serve.wait_ready(server, 60, lambda url: module.counters(servers["off"]))
+        found = module.serve_round(servers, 0, 2, args, tmp_path)
+    finally:
+        serve.stop_processes([server.process for server in servers.values()])
+    off, on, ceiling = found["off"], found["on"], found["ceiling"]
+    for phase in (off, on):
+        assert phase["requests_per_second"] > 0 and phase["failed_requests"] == 0, found
+        assert phase["p50_us"] > 0 and phase["server_cpu_ms"] is not None, found
+    # Each server's counters are read over its own slices.
+    assert 1.0 <= off["requests_per_batch"] <= 3.0 and 1.0 <= on["requests_per_batch"] <= 3.0
+    # Failures count for the server that failed them.
+    assert ceiling["failed_requests"] > 0 and "status 500" in ceiling["errors"][0], ceiling
+    assert ceiling["requests_per_second"] == 0
+
+
+def test_the_peers_benchmark_skips_a_peer_it_cannot_run_naming_the_line_that_creates_it(
+    load_script, tmp_path
+):
+    module = load_script("peers")
+    missing = tmp_path / "venv"
+    python, why = module.peer_python("mlserver", str(missing))
+    assert python is None and why.startswith(f"no virtualenv at {missing} (--mlserver-venv)")
+    line = f"python3 -m venv {missing} && {missing}/bin/pip install mlserver 'uvloop==0.21.0'"
+    assert why.endswith(f"{line} 'tensorflow-cpu==2.21.*'"), why
+    # A virtualenv whose Python runs this test's, without the peer's package.
+    bare = tmp_path / "bare"
+    (bare / "bin").mkdir(parents=True)
+    (bare / "bin" / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bare / "bin" / "python").chmod(0o755)
+    python, why = module.peer_python("kserve", str(bare))
+    assert python is None and why.startswith(f"{bare} cannot import kserve and tensorflow")
+
+
 # ------------------------------------------------------------------ end to end
 
 
@@ -383,6 +459,11 @@ END_TO_END = {
     "stalls.py": ([], {("plain", "max_gap_ms"), ("library", "blocking_ms")}),
     "sweep.py": (["--variants", "plain,managed"], {("plain", "growth_mib")}),
     "sweeps.py": ([], {("plain", "seconds_per_trial"), ("managed", "released_mib")}),
+    "serve.py": ([], {("b", "requests_per_second"), ("c", "swaps_under_load")}),
+    "batching.py": ([], {("off", "p50_us"), ("on", "requests_per_batch")}),
+    "first_response.py": ([], {("default", "first_response_s")}),
+    # Each peer runs from its virtualenv (/tmp/peer-<peer>), and is skipped without one.
+    "peers.py": ([], {("lifecycle", "requests_per_second"), ("lifecycle", "mib_per_cycle")}),
     "worker_hop.py": ([], {("lifecycle pool", "cpu_us"), ("anyio to_thread", "calls_per_s")}),
 }
 
