@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -37,6 +38,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,10 +70,6 @@ class Option:
     help: str
     type: Callable[[str], Any] | None = None  # None: the default's type
 
-    @property
-    def dest(self) -> str:
-        return self.flag.lstrip("-").replace("-", "_")
-
 
 @dataclass(frozen=True)
 class Metric:
@@ -93,15 +91,17 @@ class Benchmark:
         doc: Its module docstring (the first paragraph heads ``--help``).
         variants: Variant names and what each is.
         metrics: What a result holds.
-        measure: Measures one variant in a child: ``measure(variant, args)``.
+        measure: Measures one variant in a child: ``measure(variant, args)``
+            (for a benchmark that collects, runs a child's role).
         options: The script's own options.
         quick: Option values of ``--quick``, a small workload (1 round).
         baseline: The variant each is compared with, or a function of the variant
             (None: no comparison); the first variant by default.
         rounds, timeout: Defaults of ``--rounds`` and ``--timeout`` (seconds a
-            child may take; for ``collect``, the whole run).
-        collect: Instead of children, measures every round in this process
-            (see :func:`interleave`) and returns the runs.
+            child may take; without children, the whole run).
+        collect: Instead of a child per variant, runs every round itself (in
+            this process, :func:`interleave`, or with servers and children of
+            its own) and returns the runs.
         notes: Extra report lines from the runs (targets, what a child saw).
         check: Problems that make the run fail (exit code 1), from the runs.
         validate: Checks the parsed options; returns an error message or None.
@@ -381,17 +381,6 @@ def fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
-def fmt_spread(values: Iterable[float | None], spec: str, suffix: str = "") -> str:
-    """``median (min-max)`` of ``values``; the median alone for one value; ``-`` for none."""
-    found = spread_of(values)
-    if found is None:
-        return "-"
-    median = fmt(found.median, spec, suffix)
-    if found.count == 1:
-        return median
-    return f"{median} ({fmt(found.low, spec)}-{fmt(found.high, spec)})"
-
-
 def free_ports(count: int) -> list[int]:
     """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now."""
     sockets = [socket.socket() for _ in range(count)]
@@ -409,6 +398,42 @@ def slope(values: Sequence[float]) -> float | None:
     if len(values) < 2:
         return None
     return statistics.linear_regression(range(len(values)), values).slope
+
+
+class Collections:
+    """Python's collections while ``active``, through ``gc.callbacks``.
+
+    Each is ``(start, end, generation, thread name)``, perf_counter seconds. A
+    collection's time is not all time the GIL was held: the finalizers it runs
+    can let other threads run. :meth:`close` removes the callback.
+    """
+
+    def __init__(self, active: bool = True) -> None:
+        self.active = active
+        self.events: list[tuple[float, float, int, str]] = []
+        self._started: dict[str, float] = {}
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        thread = threading.current_thread().name
+        if phase == "start":
+            self._started[thread] = time.perf_counter()
+        elif self.active and thread in self._started:
+            started = self._started.pop(thread)
+            self.events.append((started, time.perf_counter(), info["generation"], thread))
+
+    def close(self) -> None:
+        gc.callbacks.remove(self)
+
+    def summary(self, prefix: str, keep: Callable[[int, str], bool]) -> dict[str, float]:
+        """Count, total and longest (ms) of the collections ``keep(generation, thread)``."""
+        ms = [1000 * (end - start) for start, end, gen, name in self.events if keep(gen, name)]
+        found = {"collections": len(ms), "total_ms": sum(ms), "max_ms": max(ms, default=0.0)}
+        return {f"{prefix}_{key}": value for key, value in found.items()}
+
+    def inside(self, start: float, end: float) -> float:
+        """Milliseconds of collections within ``[start, end]``."""
+        return sum(1000 * max(0.0, min(end, e) - max(start, s)) for s, e, *_ in self.events)
 
 
 # ------------------------------------------------------------------------- machine

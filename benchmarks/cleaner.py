@@ -79,32 +79,6 @@ def mlp(units: int, hidden: int, session: Any = None, compiled: bool = False) ->
     return model
 
 
-class GcWatch:
-    """Counts collections while ``active`` and their time, full ones by thread."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.collections = self.full = 0
-        self.seconds = self.max_seconds = 0.0
-        self.full_by_thread: dict[str, int] = {}
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        if not self.active:
-            return
-        elapsed = time.perf_counter() - self._started
-        self.collections += 1
-        self.seconds += elapsed
-        self.max_seconds = max(self.max_seconds, elapsed)
-        if info["generation"] == 2:
-            self.full += 1
-            name = threading.current_thread().name
-            self.full_by_thread[name] = self.full_by_thread.get(name, 0) + 1
-
-
 class Churn(threading.Thread):
     """Builds, fits and drops models until stopped; disposes every other one in a session."""
 
@@ -197,14 +171,13 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         per_model = churn.serve_until(serve, churn.models + CALIBRATION_MODELS) / 2
         gc_every = max(1, round(per_model * MODELS_PER_COLLECTION)) if variant == "naive" else 0
 
-        watch = GcWatch()
-        gc.callbacks.append(watch)
+        watch = _harness.Collections(active=False)
         before = session.statistics().cleaner if session is not None else None
         models, rss_start = churn.models, process.memory_info().rss / MIB
         watch.active = True
         latencies = serve_requests(serve, args.seconds, gc_every)
         watch.active = False
-        gc.callbacks.remove(watch)
+        watch.close()
         churn.stopping.set()
         churn.join(CHURN_WAIT_SECONDS)
         if churn.error or churn.is_alive():
@@ -212,11 +185,14 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         p50, p99, p999 = _harness.percentiles(latencies, 50, 99, 99.9)
         result |= {"requests": len(latencies), "p50_us": p50, "p99_us": p99, "p999_us": p999}
         result |= {"max_ms": max(latencies) / 1000, "gc_every": gc_every}
-        result |= {"churn_models": churn.models - models, "full_gcs": watch.full}
-        result |= {"gc_ms": 1000 * watch.seconds, "gc_max_ms": 1000 * watch.max_seconds}
-        result |= {"full_gcs_request_thread": watch.full_by_thread.get("MainThread", 0)}
-        result |= {"full_gcs_cleaner_thread": watch.full_by_thread.get(CLEANER_THREAD, 0)}
-        result |= {"full_gcs_churn_thread": watch.full_by_thread.get("churn", 0)}
+        result |= {"churn_models": churn.models - models}
+        result |= watch.summary("gc", lambda generation, thread: True)
+        full = [thread for *_, generation, thread in watch.events if generation == 2]
+        result |= {"full_gcs": len(full), "full_gcs_request": full.count("MainThread")}
+        result |= {
+            "full_gcs_cleaner": full.count(CLEANER_THREAD),
+            "full_gcs_churn": full.count("churn"),
+        }
         result |= {"rss_mib": process.memory_info().rss / MIB}
         result["rss_growth_mib"] = result["rss_mib"] - rss_start
         if session is not None and before is not None:
@@ -250,10 +226,11 @@ BENCHMARK = _harness.Benchmark(
         Metric("p999_us", "µs", ".0f", "p99.9 µs", ratio=False),
         Metric("max_ms", "ms", ".1f", "max ms", ratio=False),
         Metric("full_gcs", "", ".0f", "full gcs", ratio=False),
-        Metric("full_gcs_request_thread", "", ".0f", "on request thread", ratio=False),
-        Metric("full_gcs_cleaner_thread", "", ".0f", "on cleaner", ratio=False),
-        Metric("full_gcs_churn_thread", "", ".0f", "on churn", ratio=False),
-        Metric("gc_ms", "ms", ".0f", "gc ms", ratio=False),
+        Metric("full_gcs_request", "", ".0f", "on request thread", ratio=False),
+        Metric("full_gcs_cleaner", "", ".0f", "on cleaner", ratio=False),
+        Metric("full_gcs_churn", "", ".0f", "on churn", ratio=False),
+        Metric("gc_collections", "", ".0f", "gcs", ratio=False),
+        Metric("gc_total_ms", "ms", ".0f", "gc ms", ratio=False),
         Metric("gc_max_ms", "ms", ".0f", "max gc ms", ratio=False),
         Metric("cleaner_gcs", "", ".0f", "cleaner gcs", ratio=False),
         Metric("cleaner_ms", "ms", ".0f", "cleaner gc ms", ratio=False),

@@ -30,7 +30,6 @@ import argparse
 import gc
 import statistics
 import sys
-import threading
 import time
 from typing import Any
 
@@ -68,22 +67,6 @@ def build(name: str, managed: bool, args: argparse.Namespace) -> tuple[Any, Any,
     return model, x, rng.integers(0, CLASSES, size=BATCH)
 
 
-class Collections:
-    """Sums the time collections ran on any thread, through ``gc.callbacks``."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._started: dict[int, float] = {}
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        thread = threading.get_ident()
-        if phase == "start":
-            self._started[thread] = time.perf_counter()
-        elif thread in self._started:
-            self.seconds += time.perf_counter() - self._started.pop(thread)
-
-
 def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     import keras
 
@@ -91,12 +74,12 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
     managed = not variant.startswith("plain-")
     name = variant.removeprefix("plain-")
-    collections = Collections()
+    collections = _harness.Collections()
     walls, releases, during, result = [], [], [], {}
     for _ in range(args.models):
         model, x, y = build(name, managed, args)
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-        before, started = collections.seconds, time.perf_counter()
+        before, started = len(collections.events), time.perf_counter()
         if managed:
             report = model.dispose()
             releases.append(1000 * report.release_seconds)
@@ -108,7 +91,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             keras.backend.clear_session()
             gc.collect()
         walls.append(1000 * (time.perf_counter() - started))
-        during.append(1000 * (collections.seconds - before))
+        during.append(sum(1000 * (e - s) for s, e, *_ in collections.events[before:]))
     result |= {"drop_ms": statistics.median(walls), "first_ms": walls[0]}
     result["gc_ms"] = statistics.median(during)
     if not managed:

@@ -32,7 +32,6 @@ Run (from the repository root, with the package and psutil installed)::
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -140,27 +139,6 @@ class RequestThreads:
                 records.append((started, clock() - started, phase))
 
 
-class FullGcWatch:
-    """(start ns, end ns, thread) of each full collection while ``active``."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.events: list[tuple[int, int, str]] = []
-        self._started = 0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if info["generation"] != 2:
-            return
-        if phase == "start":
-            self._started = time.perf_counter_ns()
-        elif self.active:
-            name = threading.current_thread().name
-            self.events.append((self._started, time.perf_counter_ns(), name))
-
-    def overlaps(self, start: int, end: int) -> bool:
-        return any(s < end and e > start for s, e, _ in self.events)
-
-
 class RssSampler(threading.Thread):
     """Samples the process's RSS every 2 ms: (perf_counter seconds, bytes)."""
 
@@ -239,9 +217,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     now = time.perf_counter()
     baseline = statistics.fmean(sampler.window(now - BASELINE_SECONDS, now)) / MIB
 
-    watch = FullGcWatch()
-    gc.callbacks.append(watch)
-    watch.active = threads.recording = True
+    watch = _harness.Collections()
+    threads.recording = True
     started = time.perf_counter()
     swaps = None
     if variant in SWAPPING:
@@ -249,8 +226,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         time.sleep(args.seconds)
     ended = time.perf_counter()
-    watch.active = threads.recording = False
-    gc.callbacks.remove(watch)
+    threads.recording = False
+    watch.close()
     peak = max(sampler.window(started, ended)) / MIB
     result: dict[str, Any] = {}
     if swaps is not None:
@@ -276,8 +253,10 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         registry.close()
     records = threads.recorded()
     latencies = [latency for _, latency, _ in records]
-    clear = [lat for start, lat, _ in records if not watch.overlaps(start, start + lat)]
-    durations = [(e - s) / 1e6 for s, e, _ in watch.events]
+    # Full collections, in ns: the requests that overlapped none of them.
+    full = [(1e9 * s, 1e9 * e, name) for s, e, generation, name in watch.events if generation == 2]
+    clear = [lat for at, lat, _ in records if not any(s < at + lat and e > at for s, e, _ in full)]
+    durations = [(e - s) / 1e6 for s, e, _ in full]
     result |= latency_us(latencies)
     result |= {
         "requests_per_second": len(latencies) / (ended - started),
@@ -285,7 +264,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "p99_outside_gc_us": latency_us(clear)["p99_us"],
         "full_gcs": len(durations),
         "full_gc_max_ms": max(durations, default=0.0),
-        "full_gcs_off_request_threads": sum(not n.startswith("request") for *_, n in watch.events),
+        "full_gcs_off_request_threads": sum(not n.startswith("request") for *_, n in full),
         "requests_in_gc": len(latencies) - len(clear),
         "slow_requests": sum(lat > SLOW_MS * 1e6 for lat in latencies),
         "rss_baseline_mib": baseline,

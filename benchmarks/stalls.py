@@ -28,7 +28,6 @@ Run (from the repository root, with the package and psutil installed)::
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import sys
 import threading
@@ -44,45 +43,9 @@ BATCH = 8
 INPUT_DIM = 64
 WAIT_SECONDS = 60.0  # for the serving thread's first call, and for it to stop
 SERVING_THREAD = "serving"
-LIBRARY_THREAD_PREFIX = "lifecycle-"
+LIBRARY_THREAD = "lifecycle-"  # the prefix of the library's threads
 MAX_GAP_TARGET_MS = 20.0
 P99_RATIO_TARGET = 1.2
-
-
-class GcWatch:
-    """(start, end, thread) of each collection while ``active``, through ``gc.callbacks``."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.events: list[tuple[float, float, str]] = []
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        elif self.active:
-            self.events.append(
-                (self._started, time.perf_counter(), threading.current_thread().name)
-            )
-
-    def summary(self) -> dict[str, float]:
-        """Count, total and longest collection (ms): off the library's threads, on them."""
-        groups: dict[str, Callable[[str], bool]] = {
-            "gc": lambda name: not name.startswith(LIBRARY_THREAD_PREFIX),
-            "lib_gc": lambda name: name.startswith(LIBRARY_THREAD_PREFIX),
-            "serving_gc": lambda name: name == SERVING_THREAD,
-        }
-        result = {}
-        for prefix, member in groups.items():
-            durations = [1000 * (end - start) for start, end, name in self.events if member(name)]
-            result[f"{prefix}_collections"] = len(durations)
-            result[f"{prefix}_total_ms"] = sum(durations)
-            result[f"{prefix}_max_ms"] = max(durations, default=0.0)
-        return result
-
-    def inside(self, start: float, end: float) -> float:
-        """Milliseconds of collections inside ``[start, end]``."""
-        return sum(1000 * max(0.0, min(end, e) - max(start, s)) for s, e, _ in self.events)
 
 
 def serving_loop(serve: Callable[[], Any], interval: float, stop: threading.Event) -> list[float]:
@@ -145,14 +108,12 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     x = rng.standard_normal((BATCH * args.steps, side, side, 3), dtype=np.float32)
     y = rng.integers(0, CLASSES, size=len(x))
 
-    watch, stop, found = GcWatch(), threading.Event(), {}
-    gc.callbacks.append(watch)
+    watch, stop, found = _harness.Collections(), threading.Event(), {}
 
     def serve() -> None:
         found["starts"] = serving_loop(lambda: function(request), args.interval_ms / 1000, stop)
 
     serving = threading.Thread(target=serve, name=SERVING_THREAD, daemon=True)
-    watch.active = True
     started = time.perf_counter()
     serving.start()
     try:
@@ -161,8 +122,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         workload = time.perf_counter() - started
         stop.set()
         serving.join(WAIT_SECONDS)
-        watch.active = False
-        gc.callbacks.remove(watch)
+        watch.close()
     starts = found.get("starts")
     if not starts or len(starts) < 2:
         raise RuntimeError("the serving thread failed or did not stop; see its traceback above")
@@ -178,7 +138,9 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "median_gap_ms": p50,
         "max_gap_at_s": starts[longest] - started,
         "gc_in_max_gap_ms": watch.inside(starts[longest], starts[longest + 1]),
-        **watch.summary(),
+        **watch.summary("gc", lambda generation, name: not name.startswith(LIBRARY_THREAD)),
+        **watch.summary("lib_gc", lambda generation, name: name.startswith(LIBRARY_THREAD)),
+        **watch.summary("serving_gc", lambda generation, name: name == SERVING_THREAD),
     }
     if variant == "library":
         stats = lc.statistics(count_graphs=False)

@@ -9,11 +9,14 @@ child processes. The end-to-end ``--quick`` run of every script carries the
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -140,10 +143,9 @@ def test_a_child_may_report_several_cases_and_a_baseline_per_variant():
 
 
 def test_number_helpers_skip_what_was_not_measured():
-    assert _harness.fmt_spread([], ".1f") == "-"
-    assert _harness.fmt_spread([None, float("nan")], ".1f") == "-"
-    assert _harness.fmt_spread([12.34], ".1f", " ms") == "12.3 ms"
-    assert _harness.fmt_spread([3.0, None, 1.0, 2.0], "+.0f") == "+2 (+1-+3)"
+    assert _harness.spread_of([]) is None and _harness.spread_of([None, float("nan")]) is None
+    assert _harness.spread_of([3.0, None, 1.0, 2.0]) == _harness.Spread(2.0, 1.0, 3.0, 3)
+    assert _harness.fmt(None, ".1f") == "-" and _harness.fmt(12.34, ".1f", " ms") == "12.3 ms"
     assert _harness.percentiles([4.0, 1.0, 3.0, 2.0], 0, 50, 100) == [1.0, 2.5, 4.0]
     assert _harness.percentiles([], 50) == [None]
     assert _harness.slope([1.0, 3.0, 5.0]) == 2.0 and _harness.slope([1.0]) is None
@@ -337,6 +339,24 @@ def test_the_stalls_targets_are_judged_within_each_round(load_script):
         "target: p99 gap library / plain <= 1.2x: MISSED (median 1.30)",
     ]
     assert module.targets([], args)[0].endswith(": not measured")
+
+
+def test_collections_are_timed_by_thread_and_generation():
+    watch = _harness.Collections()
+    gc.collect()
+    threading.Thread(target=gc.collect, name="other").start()
+    time.sleep(0.2)
+    watch.active = False
+    gc.collect()
+    watch.close()
+    assert {(generation, name) for *_, generation, name in watch.events} == {
+        (2, "MainThread"),
+        (2, "other"),
+    }
+    other = watch.summary("other", lambda generation, name: name == "other")
+    assert other["other_collections"] == 1 and other["other_max_ms"] == other["other_total_ms"]
+    start, end, *_ = watch.events[0]
+    assert watch.inside(start, end) >= 1000 * (end - start) > 0
 
 
 def test_the_kfold_steady_step_leaves_out_each_folds_first_batch(load_script):
