@@ -1,4 +1,7 @@
-"""Shared fixtures: quiet TensorFlow, fresh Keras state, child-process runner."""
+"""Shared fixtures: quiet TensorFlow, fresh Keras state, child-process runner, served models.
+
+Helpers shared by several modules are in ``support/`` (models, servers, waits).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+if TYPE_CHECKING:
+    import lifecycle as lc
 
 
 def _run_child(
@@ -96,3 +103,28 @@ def session(request):
 def run_child():
     """Run Python code in a fresh interpreter (see ``_run_child``); returns stdout."""
     return _run_child
+
+
+@pytest.fixture
+def registry() -> Iterator[lc.ModelRegistry]:
+    """A registry of the test's own, closed after it."""
+    import lifecycle as lc
+
+    with lc.ModelRegistry() as each:
+        yield each
+
+
+@pytest.fixture(scope="session")
+def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The served models of the REST and gRPC tests (``support.servers.write_models``)."""
+    from support.servers import write_models
+
+    return write_models(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def kserve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The models of the KServe tests, more datatypes (``support.servers.write_kserve_models``)."""
+    from support.servers import write_kserve_models
+
+    return write_kserve_models(tmp_path_factory.mktemp("kserve-models"))

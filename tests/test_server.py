@@ -2,20 +2,18 @@
 
 TensorFlow Serving's REST API is exercised with plain HTTP shaped as its
 ``api_rest.md`` shows; KServe's v2 protocol with tritonclient's HTTP client.
+The served models are those of ``support.servers.write_models`` (fixture
+``models_root``).
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import inspect
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,129 +22,26 @@ from unittest import mock
 
 import grpc
 import httpx
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 import tritonclient.http as triton
-import uvicorn
+from support.models import constant_model, save
+from support.servers import (
+    MAX_REQUEST_BYTES,
+    SERVE,
+    free_port,
+    lifecycle_serve,
+    rest_answer,
+    running,
+    stop,
+)
+from support.waits import wait_for_scans, wait_until
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
-from lifecycle.server import ServedModel, ServerConfig, _flags, build_app
-
-MAX_REQUEST_BYTES = 64 * 1024
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def constant_model(value: float) -> keras.Model:
-    """Answers ``value`` twice for any 3 features: versions are told apart."""
-    x = keras.Input((3,), name="features")
-    dense = keras.layers.Dense(
-        2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
-    )
-    return keras.Model(x, dense(x))
-
-
-def pair_model() -> keras.Model:
-    """Two named inputs (float and int), dict outputs: score = 2 * sum, logits = sum."""
-    a = keras.Input((2,), name="a")
-    b = keras.Input((1,), name="b", dtype="int64")
-    joined = keras.layers.Concatenate()([a, keras.ops.cast(b, "float32")])
-    ones = keras.initializers.Constant(1.0)
-    return keras.Model(
-        [a, b],
-        {
-            "score": keras.layers.Dense(1, kernel_initializer=keras.initializers.Constant(2.0))(
-                joined
-            ),
-            "logits": keras.layers.Dense(3, kernel_initializer=ones)(joined),
-        },
-    )
-
-
-def words_model() -> keras.Model:
-    """A string input: the index of each word in a two-word vocabulary."""
-    x = keras.Input((1,), name="word", dtype="string")
-    return keras.Model(x, keras.layers.StringLookup(vocabulary=["cat", "dog"])(x))
-
-
-def embedding_model() -> keras.Model:
-    """Ids 0-4 only: an id out of range is refused by the model's own gather."""
-    ids = keras.Input((1,), name="ids", dtype="int64")
-    return keras.Model(ids, keras.layers.Embedding(5, 2)(ids))
-
-
-def save(model: keras.Model, base: Path, version: int) -> None:
-    """Publish a version as a training job should: written aside, then renamed into place."""
-    aside = base / f".writing-{version}"
-    aside.mkdir(parents=True)
-    model.save(aside / "model.keras")
-    aside.rename(base / str(version))
-
-
-MODEL_CONFIG = """
-model_config_list {
-  config {
-    name: "risk"
-    base_path: "%(root)s/risk"
-    model_platform: "tensorflow"
-    model_version_policy { specific { versions: 1 versions: 2 } }
-    version_labels { key: "stable" value: 1 }
-    version_labels { key: "canary" value: 2 }
-  }
-  config { name: "pair" base_path: "%(root)s/pair" }
-  config { name: "words" base_path: "%(root)s/words" }
-  config { name: "embed" base_path: "%(root)s/embed" }
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("models")
-    save(constant_model(1.0), root / "risk", 1)
-    save(constant_model(2.0), root / "risk", 2)
-    save(constant_model(3.0), root / "risk", 3)  # not in the config's specific policy
-    save(pair_model(), root / "pair", 4)
-    save(words_model(), root / "words", 1)
-    save(embedding_model(), root / "embed", 1)
-    (root / "models.config").write_text(MODEL_CONFIG % {"root": root})
-    return root
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running(registry: lc.ModelRegistry, config: ServerConfig) -> Iterator[str]:
-    """uvicorn serving ``build_app`` on a thread; stopped on exit, within a timeout."""
-    server = uvicorn.Server(
-        uvicorn.Config(
-            build_app(registry, config),
-            host=config.host,
-            port=config.rest_api_port,
-            log_level="warning",
-            timeout_graceful_shutdown=5,
-        )
-    )
-    thread = threading.Thread(target=server.run, name="test-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        assert thread.is_alive(), "the server stopped during start-up"
-        assert time.monotonic() < deadline, "the server did not start within 120 s"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{config.rest_api_port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        assert not thread.is_alive(), "the server did not stop within 30 s"
+from lifecycle.server import ServedModel, ServerConfig, _flags
 
 
 @pytest.fixture(scope="module")
@@ -329,24 +224,9 @@ def test_a_repository_load_serves_a_new_version_and_retires_the_old(tmp_path):
         assert httpx.post(f"{url}/v1/models/m:predict", json=body).json() == {
             "predictions": [[5.0, 5.0]]
         }
-        deadline = time.monotonic() + 30
-        while [s.version for s in registry.status("m")] != [2]:
-            assert time.monotonic() < deadline, registry.status("m")
-            time.sleep(0.05)
+        wait_until(lambda: [s.version for s in registry.status("m")] == [2], "1 retired")
         one = httpx.get(f"{url}/v1/models/m/versions/1")
         assert one.status_code == 404
-
-
-def answer(url: str, name: str = "m") -> object:
-    body = {"instances": [[0.0, 0.0, 0.0]]}
-    return httpx.post(f"{url}/v1/models/{name}:predict", json=body, timeout=30).json()
-
-
-def wait_until(predicate, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        time.sleep(0.05)
 
 
 def polled(base: Path) -> ServerConfig:
@@ -364,21 +244,23 @@ def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_p
     config = polled(tmp_path / "m")
     with lc.ModelRegistry(name="polling") as registry, running(registry, config) as url:
         save(constant_model(5.0), tmp_path / "m", 2)
-        wait_until(lambda: answer(url) == {"predictions": [[5.0, 5.0]]}, "version 2 served")
+        wait_until(lambda: rest_answer(url) == {"predictions": [[5.0, 5.0]]}, "version 2 served")
         wait_until(lambda: [s.version for s in registry.status("m")] == [2], "1 retired")
 
         (tmp_path / "m" / "3").mkdir()
         with zipfile.ZipFile(tmp_path / "m" / "3" / "model.keras", "w") as archive:
             archive.writestr("config.json", "not a keras model")  # complete, but broken
         wait_until(lambda: "version 3 failed" in caplog.text, "the failed load logged")
-        time.sleep(0.5)  # several polls: the broken version is not retried
+        wait_for_scans(registry, "m")  # polls ran: the broken version is not retried
         assert caplog.text.count("'m' version 3 failed to load") == 1
-        assert answer(url) == {"predictions": [[5.0, 5.0]]}
+        assert rest_answer(url) == {"predictions": [[5.0, 5.0]]}
 
         unload = httpx.post(f"{url}/v2/repository/models/m/unload", json={})
         assert unload.status_code == 200
         wait_until(lambda: not registry.status(), "m unloaded")
-        time.sleep(0.5)  # several polls: an explicit unload stays unloaded
+        # An explicit unload stays unloaded: no poll of m is left to load it again.
+        with pytest.raises(lc.UnknownModelError, match="'m' is not watched"):
+            registry.last_scan("m")
         assert httpx.get(f"{url}/v2/models/m/ready").status_code == 400
         # An explicit load tries the newest version again, and says why it fails.
         broken = httpx.post(f"{url}/v2/repository/models/m/load", json={})
@@ -386,7 +268,7 @@ def test_polling_serves_new_versions_skips_broken_ones_and_respects_unload(tmp_p
         assert "Loading 'm' version 3 failed" in broken.json()["error"]
         (tmp_path / "m" / "3" / "model.keras").unlink()
         assert httpx.post(f"{url}/v2/repository/models/m/load", json={}).status_code == 200
-        assert answer(url) == {"predictions": [[5.0, 5.0]]}
+        assert rest_answer(url) == {"predictions": [[5.0, 5.0]]}
 
 
 def test_savedmodel_versions_are_served_and_swapped_by_polling(tmp_path):
@@ -400,12 +282,12 @@ def test_savedmodel_versions_are_served_and_swapped_by_polling(tmp_path):
     publish(1.0, 1)
     config = polled(tmp_path / "m")
     with lc.ModelRegistry(name="saved-models") as registry, running(registry, config) as url:
-        assert answer(url) == {"predictions": [[1.0, 1.0]]}
+        assert rest_answer(url) == {"predictions": [[1.0, 1.0]]}
         metadata = httpx.get(f"{url}/v1/models/m/metadata", timeout=30).json()
         inputs = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]
         assert list(inputs["inputs"]) == ["features"]
         publish(4.0, 2)
-        wait_until(lambda: answer(url) == {"predictions": [[4.0, 4.0]]}, "version 2 served")
+        wait_until(lambda: rest_answer(url) == {"predictions": [[4.0, 4.0]]}, "version 2 served")
         wait_until(lambda: [s.version for s in registry.status("m")] == [2], "1 retired")
 
 
@@ -564,10 +446,7 @@ def test_v2_repository_index_unload_and_load(v2, server):
     too_big = httpx.post(f"{server}/v2/repository/index", content=b" " * (MAX_REQUEST_BYTES + 1))
     assert too_big.status_code == 413
     v2.unload_model("words")
-    deadline = time.monotonic() + 30
-    while v2.is_model_ready("words") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not v2.is_model_ready("words")
+    wait_until(lambda: not v2.is_model_ready("words"), "words unloaded")
     v2.load_model("words")
     assert v2.is_model_ready("words")
     with pytest.raises(InferenceServerException, match="not in the server's configuration"):
@@ -616,8 +495,8 @@ def test_config_file_policies_and_labels(models_root):
     ("flags", "error", "fragment"),
     [
         ({"rest_api_port": 70000}, ValueError, "--rest_api_port must be a port number"),
-        ({"max_request_bytes": 0}, ValueError, "--max_request_bytes must be a number > 0"),
-        ({"memory_budget": -1}, ValueError, "--memory_budget must be a number > 0"),
+        ({"max_request_bytes": 0}, ValueError, "--max_request_bytes must be an integer >= 1"),
+        ({"memory_budget": -1}, ValueError, "--memory_budget must be an integer >= 1"),
         (
             {"file_system_poll_wait_seconds": -1},
             ValueError,
@@ -682,68 +561,6 @@ def grpc_predict(port: int) -> tuple[list, int]:
     return tf.make_ndarray(response.outputs["output_0"]).tolist(), response.model_spec.version.value
 
 
-class Served(subprocess.Popen):
-    """A ``lifecycle serve`` process whose output a thread keeps reading.
-
-    A pipe nobody reads fills up (64 KiB): the server then blocks on its next
-    log line and stops answering.
-    """
-
-    def __init__(self, command: list[str]) -> None:
-        super().__init__(
-            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.stdout is not None
-        with self.stdout:
-            for line in self.stdout:
-                self.lines.append(line)
-
-    def output(self, timeout: float = 60) -> str:
-        """Everything the process printed, once it has exited (waits up to ``timeout``)."""
-        self.wait(timeout)
-        self._reader.join(timeout)
-        return "".join(self.lines)
-
-
-@contextlib.contextmanager
-def lifecycle_serve(*flags: str, ready_within: float = 180) -> Iterator[Served]:
-    """``lifecycle serve *flags`` in a child process, once ready; killed on exit if still running.
-
-    ``flags`` must include ``--rest_api_port``; :func:`stop` returns its output.
-    """
-    port = flags[flags.index("--rest_api_port") + 1]
-    command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
-    process = Served([*command, *flags])
-    try:
-        deadline = time.monotonic() + ready_within
-        while True:
-            assert process.poll() is None, process.output()
-            assert time.monotonic() < deadline, f"not ready within {ready_within} s"
-            with contextlib.suppress(httpx.TransportError):
-                ready = httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5)
-                if ready.status_code == 200:
-                    break
-            time.sleep(0.2)
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.output(timeout=30)
-
-
-def stop(process: Served) -> str:
-    """SIGTERM ``process``; assert it exits 0 within 60 s; its output."""
-    process.send_signal(signal.SIGTERM)
-    output = process.output(timeout=60)
-    assert process.returncode == 0, output
-    return output
-
-
 @pytest.mark.subprocess
 def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root, tmp_path):
     port, grpc_port = free_port(), free_port()
@@ -777,14 +594,13 @@ def test_lifecycle_serve_that_cannot_load_its_models_says_so_in_one_line(tmp_pat
     variables.mkdir(parents=True)
     (variables / "variables.index").write_bytes(b"not an index")
     (variables.parent / "saved_model.pb").write_bytes(b"not a SavedModel")
-    command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
     for base, fragment in [
         ("empty", "Start-up failed: Model 'default': no version directory under"),
         ("broken", "Start-up failed: Loading 'default' version 1 failed"),
     ]:
         flags = ["--model_base_path", str(tmp_path / base), "--rest_api_port", str(free_port())]
         result = subprocess.run(
-            [*command, *flags, "--port", "0"], capture_output=True, text=True, timeout=120
+            [*SERVE, *flags, "--port", "0"], capture_output=True, text=True, timeout=120
         )
         assert result.returncode == 1, result.stderr
         assert fragment in result.stderr
@@ -901,12 +717,11 @@ def test_lifecycle_serve_gives_an_unloaded_models_memory_back_by_default(tmp_pat
             assert unload.is_success, unload.text
             # Measured here: 96 % of what loading added came back within a second (the
             # model and the copy its restored functions keep, freed by a collection).
-            deadline = time.monotonic() + 30
-            while (returned := loaded - server.memory_info().rss) < 0.7 * added:
-                assert time.monotonic() < deadline, (
-                    f"{returned / 2**20:.0f} of {added / 2**20:.0f} MiB came back in 30 s"
-                )
-                time.sleep(0.5)
+            wait_until(
+                lambda: loaded - server.memory_info().rss >= 0.7 * added,  # noqa: B023 (called at once)
+                f"70 % of the {added / 2**20:.0f} MiB loading added came back",
+                timeout=30,
+            )
             after_unloads.append(server.memory_info().rss)
         # Unloaded versions do not pile up (they did by a copy of the model per cycle).
         grown = (after_unloads[1] - after_unloads[0]) / 2**20

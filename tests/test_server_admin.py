@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,9 @@ import keras
 import numpy as np
 import pytest
 import tritonclient.http as triton
-from test_server import constant_model, free_port, running, save, wait_until
+from support.models import constant_model, save
+from support.servers import free_port, running
+from support.waits import wait_for_scans, wait_until
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
@@ -40,7 +41,8 @@ def client_of(name: str, config: ServerConfig) -> Iterator[httpx.Client]:
 
 
 @pytest.fixture(scope="module")
-def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def labelled_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Model ``m``: versions 1 (label ``stable``) and 2, every version served."""
     root = tmp_path_factory.mktemp("models")
     save(constant_model(1.0), root / "m", 1)
     save(constant_model(2.0), root / "m", 2)
@@ -53,11 +55,11 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def served(models_root: Path) -> Iterator[tuple[str, lc.ModelRegistry]]:
+def served(labelled_root: Path) -> Iterator[tuple[str, lc.ModelRegistry]]:
     """A server with a token: versions 1 (label ``stable``) and 2, the default."""
     config = ServerConfig.from_flags(
         rest_api_port=free_port(),
-        model_config_file=str(models_root / "models.config"),
+        model_config_file=str(labelled_root / "models.config"),
         admin_token=TOKEN,
     )
     with lc.ModelRegistry(name="admin") as registry, running(registry, config) as url:
@@ -246,7 +248,7 @@ def test_admin_calls_without_the_token_are_401(admin, headers, fragment):
     assert served_by(admin) == 2  # nothing changed; requests need no token
 
 
-def test_repository_load_and_unload_take_the_token(admin, models_root):
+def test_repository_load_and_unload_take_the_token(admin):
     v2 = triton.InferenceServerClient(admin.base_url.netloc.decode(), network_timeout=30)
     try:
         with pytest.raises(InferenceServerException, match="Authorization: Bearer"):
@@ -277,10 +279,14 @@ def test_polling_keeps_a_promoted_default_until_a_new_version_arrives(tmp_path):
         model_config_file=str(config_file),
         file_system_poll_wait_seconds=0.1,
     )
-    with client_of("admin-polling", config) as client:  # loopback: no token needed
+    with (
+        lc.ModelRegistry(name="admin-polling") as registry,
+        running(registry, config) as url,
+        httpx.Client(base_url=url, timeout=30) as client,  # loopback: no token needed
+    ):
         assert served_by(client) == 2
         assert client.post("/v1/admin/models/m/promote", json={"version": 1}).is_success
-        time.sleep(0.6)  # several polls
+        wait_for_scans(registry, "m")  # polls ran: the promoted default stays
         assert served_by(client) == 1
         save(constant_model(3.0), tmp_path / "m", 3)
         wait_until(lambda: served_by(client) == 3, "the new version 3 promoted")

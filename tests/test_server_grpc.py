@@ -1,17 +1,14 @@
 """lifecycle.server's gRPC API, spoken to with tensorflow-serving-api's own stubs.
 
 The server runs on 127.0.0.1 and a free port, over the models of
-``test_server.py``; every call has a deadline and every server is stopped.
+``support.servers.write_models``; every call has a deadline and every server is stopped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from google.protobuf import text_format
+from support import ROOT
+from support.models import constant_model, save
+from support.servers import MAX_REQUEST_BYTES, SERVE, free_port, grpc_running
+from support.waits import wait_for_scans, wait_until
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -30,15 +31,6 @@ from tensorflow_serving.apis import (
     predict_pb2,
     prediction_service_pb2_grpc,
 )
-from test_server import (
-    MAX_REQUEST_BYTES,
-    ROOT,
-    constant_model,
-    free_port,
-    models_root,  # noqa: F401 (a fixture)
-    save,
-    wait_until,
-)
 
 import lifecycle as lc
 from lifecycle.server import ModelService, ServerConfig, build_app, build_grpc_server
@@ -46,23 +38,8 @@ from lifecycle.server import ModelService, ServerConfig, build_app, build_grpc_s
 TIMEOUT = 30  # seconds, every call's deadline
 
 
-@contextlib.contextmanager
-def grpc_running(registry: lc.ModelRegistry, config: ServerConfig) -> Iterator[grpc.Channel]:
-    """The configured models loaded and served over gRPC; stopped on exit, within a timeout."""
-    service = ModelService(registry, config)
-    service.start()
-    server = build_grpc_server(service, config)
-    server.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{config.grpc_port}") as channel:
-            yield channel
-    finally:
-        assert server.stop(grace=5).wait(30), "the gRPC server did not stop within 30 s"
-        service.stop()
-
-
 @pytest.fixture(scope="module")
-def channel(models_root: Path) -> Iterator[grpc.Channel]:  # noqa: F811
+def channel(models_root: Path) -> Iterator[grpc.Channel]:
     config = ServerConfig.from_flags(
         port=free_port(),
         model_config_file=str(models_root / "models.config"),
@@ -384,7 +361,7 @@ def test_reload_config_adds_and_drops_models_and_polling_follows(tmp_path):
         assert {s.name for s in registry.status()} == {"b", "c"}  # a's version retired
         save(constant_model(5.0), tmp_path / "b", 2)  # polling serves added models' versions
         wait_until(lambda: answer("b") == [[5.0, 5.0]], "b's version 2 served")
-        time.sleep(0.5)  # several polls: the dropped model stays dropped
+        wait_for_scans(registry, "b")  # polls ran: the dropped model stays dropped
         assert {s.name for s in registry.status()} == {"b", "c"}
 
         # A labelled model is dropped with its labels, as TensorFlow Serving does.
@@ -530,10 +507,9 @@ def test_lifecycle_serve_exits_1_when_the_grpc_port_is_taken():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        command = [sys.executable, "-c", "import lifecycle_cli; lifecycle_cli.main()", "serve"]
         flags = ["--port", str(port), "--rest_api_port", str(free_port())]
         result = subprocess.run(
-            [*command, *flags], cwd=ROOT, capture_output=True, text=True, timeout=180
+            [*SERVE, *flags], cwd=ROOT, capture_output=True, text=True, timeout=180
         )
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"gRPC: --port {port}: cannot listen on 127.0.0.1:{port}" in result.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-import time
 
 import pytest
+from support.waits import wait_until
 
 from lifecycle.server import _http
 from lifecycle.server._http import _Workers, blocking
@@ -49,34 +49,35 @@ def test_calls_beyond_the_limit_wait_for_a_thread_and_idle_threads_end(
 
     async def main() -> list[int]:
         tasks = [asyncio.create_task(blocking(call, i)) for i in range(3)]
-        await asyncio.sleep(0.3)
+        await asyncio.to_thread(wait_until, lambda: len(running) == 2, "two calls running")
+        # An absence (the third does not start while both threads are busy), so a
+        # bounded wait, once two calls are seen running.
+        await asyncio.sleep(0.2)
         assert len(running) == 2  # the third waits for one of the two threads
         assert workers._threads == 2
         release.set()
         return list(await asyncio.gather(*tasks))
 
     assert asyncio.run(main()) == [0, 1, 2]
-    deadline = time.monotonic() + 5
-    while workers._threads and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert workers._threads == 0
+    wait_until(lambda: workers._threads == 0, "the idle threads ended")
 
 
 def test_a_cancelled_call_still_runs_to_its_end() -> None:
-    finished = threading.Event()
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
 
     def call() -> None:
-        time.sleep(0.2)
+        started.set()
+        release.wait(10)
         finished.set()
 
     async def main() -> None:
         task = asyncio.create_task(blocking(call))
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(started.wait, 10), "the call did not start"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert not finished.is_set()
-        await asyncio.sleep(0.5)
+        release.set()
 
     asyncio.run(main())
-    assert finished.is_set()
+    assert finished.wait(10), "the cancelled call did not run to its end"

@@ -13,67 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import keras
 import ml_dtypes
 import numpy as np
 import orjson
 import pytest
 import tritonclient.http as triton
-from test_server import (
-    MAX_REQUEST_BYTES,
-    constant_model,
-    embedding_model,
-    free_port,
-    pair_model,
-    running,
-    save,
-    words_model,
-)
+from support.servers import MAX_REQUEST_BYTES, free_port, running
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
 from lifecycle.server import ServerConfig
 
 HEADER = "Inference-Header-Content-Length"
-
-
-def echo_model(dtype: str) -> keras.Model:
-    """Answers its input (2 values per row) unchanged, in ``dtype``."""
-    x = keras.Input((2,), name="x", dtype=dtype)
-    return keras.Model(x, keras.layers.Identity(dtype=dtype)(x))
-
-
-MODEL_CONFIG = """
-model_config_list {
-  config {
-    name: "risk"
-    base_path: "%(root)s/risk"
-    model_version_policy { specific { versions: 1 versions: 2 } }
-  }
-  config { name: "pair" base_path: "%(root)s/pair" }
-  config { name: "words" base_path: "%(root)s/words" }
-  config { name: "embed" base_path: "%(root)s/embed" }
-  config { name: "text" base_path: "%(root)s/text" }
-  config { name: "half" base_path: "%(root)s/half" }
-  config { name: "bhalf" base_path: "%(root)s/bhalf" }
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def kserve_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The models of test_server.py, and echo models of the datatypes they lack."""
-    root = tmp_path_factory.mktemp("kserve-models")
-    save(constant_model(1.0), root / "risk", 1)
-    save(constant_model(2.0), root / "risk", 2)
-    save(pair_model(), root / "pair", 4)
-    save(words_model(), root / "words", 1)
-    save(embedding_model(), root / "embed", 1)
-    save(echo_model("string"), root / "text", 1)
-    save(echo_model("float16"), root / "half", 1)
-    save(echo_model("bfloat16"), root / "bhalf", 1)
-    (root / "models.config").write_text(MODEL_CONFIG % {"root": root})
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,13 @@
 """KServe v2's gRPC API (``inference.GRPCInferenceService``), spoken by tritonclient.grpc.
 
 tritonclient.grpc with its defaults (raw tensor contents both ways) against the
-server of ``build_grpc_server``, over the models of test_server_kserve_binary.py;
+server of ``build_grpc_server``, over the models of fixture ``kserve_root``;
 typed ``contents`` through tritonclient's generated stub. Servers run on
 127.0.0.1 and a free port, every call has a deadline, and every server is stopped.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +17,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 from google.protobuf import descriptor_pb2
-from test_server import MAX_REQUEST_BYTES, free_port
-from test_server_grpc import grpc_running
-from test_server_kserve_binary import kserve_root  # noqa: F401 (a fixture)
+from support.servers import MAX_REQUEST_BYTES, free_port, grpc_running
+from support.waits import wait_until
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
@@ -42,7 +40,7 @@ def serve(root: Path, **flags: object) -> ServerConfig:
 
 
 @pytest.fixture(scope="module")
-def address(kserve_root: Path) -> Iterator[str]:  # noqa: F811
+def address(kserve_root: Path) -> Iterator[str]:
     config = serve(kserve_root)
     with lc.ModelRegistry(name="test-kserve-grpc") as registry, grpc_running(registry, config):
         yield f"127.0.0.1:{config.grpc_port}"
@@ -310,19 +308,12 @@ def test_other_methods_of_the_service_are_unimplemented_with_a_message(client):
 # -- the model repository ------------------------------------------------------------------
 
 
-def wait_until(condition, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not {what} within {timeout} s"
-        time.sleep(0.05)
-
-
 def test_repository_index_unload_and_load(client, stub):
     index = client.get_model_repository_index(as_json=True, client_timeout=TIMEOUT)["models"]
     rows = {(m["name"], m["version"]): m["state"] for m in index}
     assert rows[("risk", "1")] == rows[("risk", "2")] == rows[("words", "1")] == "READY"
     client.unload_model("words", client_timeout=TIMEOUT)
-    wait_until(lambda: not client.is_model_ready("words", client_timeout=TIMEOUT), "unloaded")
+    wait_until(lambda: not client.is_model_ready("words", client_timeout=TIMEOUT), "words unloaded")
     after = client.get_model_repository_index(client_timeout=TIMEOUT).models
     assert ("words", "", "UNAVAILABLE") in {(m.name, m.version, m.state) for m in after}
     ready = stub.RepositoryIndex(service_pb2.RepositoryIndexRequest(ready=True), timeout=TIMEOUT)
@@ -338,7 +329,7 @@ def test_repository_index_unload_and_load(client, stub):
 
 
 @pytest.fixture(scope="module")
-def guarded(kserve_root: Path) -> Iterator[tuple[str, str]]:  # noqa: F811
+def guarded(kserve_root: Path) -> Iterator[tuple[str, str]]:
     """A server with an admin token, and one with the admin API turned off."""
     with_token = serve(kserve_root, admin_token=TOKEN)
     turned_off = serve(kserve_root, admin_api=False)
@@ -370,7 +361,9 @@ def test_repository_load_and_unload_need_the_admin_token(guarded):
         assert client.is_model_ready("words", client_timeout=TIMEOUT)  # untouched
         bearer = {"authorization": f"Bearer {TOKEN}"}
         client.unload_model("words", headers=bearer, client_timeout=TIMEOUT)
-        wait_until(lambda: not client.is_model_ready("words", client_timeout=TIMEOUT), "unloaded")
+        wait_until(
+            lambda: not client.is_model_ready("words", client_timeout=TIMEOUT), "words unloaded"
+        )
         client.load_model("words", headers=bearer, client_timeout=TIMEOUT)
         assert client.is_model_ready("words", client_timeout=TIMEOUT)
         # Reading needs no token.

@@ -12,7 +12,9 @@ import time
 
 import httpx
 import pytest
-from test_server import constant_model, free_port, lifecycle_serve, save, stop
+from support.models import constant_model, save
+from support.servers import free_port, lifecycle_serve, stop
+from support.waits import wait_until
 
 POLL_SECONDS = 2.0
 
@@ -48,20 +50,28 @@ def test_two_replicas_move_to_a_new_version_within_two_polls_without_a_failed_re
                     continue
                 answers[port].append((time.monotonic(), value))
 
+    def every_replica(check=lambda port: True) -> bool:
+        """Each replica answered and ``check(port)`` holds; a failed request fails at once."""
+        assert failures == [], failures[:5]
+        return all(answers[port] and check(port) for port in ports)
+
     with lifecycle_serve(*flags[0]) as first, lifecycle_serve(*flags[1]) as second:
         threads = [threading.Thread(target=client, args=(port,)) for port in ports]
         for thread in threads:
             thread.start()
         try:
-            time.sleep(1.0)  # both serve version 1
+            wait_until(every_replica, "both replicas answered (version 1)")
             save(constant_model(2.0), tmp_path / "m", 2)
             published = time.monotonic()
-            deadline = published + 60
-            while time.monotonic() < deadline and not all(
-                answers[p] and answers[p][-1][1] == 2.0 for p in ports
-            ):
-                time.sleep(0.05)
-            time.sleep(0.5)  # requests after the swap too
+            wait_until(
+                lambda: every_replica(lambda port: answers[port][-1][1] == 2.0),
+                "both replicas answered with version 2",
+            )
+            swapped = {port: len(answers[port]) for port in ports}
+            wait_until(
+                lambda: every_replica(lambda port: len(answers[port]) >= swapped[port] + 10),
+                "10 more requests to each replica after the swap",
+            )
         finally:
             done.set()
             for thread in threads:

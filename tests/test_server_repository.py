@@ -16,16 +16,9 @@ import httpx
 import keras
 import pytest
 import tritonclient.http as triton
-from test_server import (
-    answer,
-    constant_model,
-    free_port,
-    lifecycle_serve,
-    running,
-    save,
-    stop,
-    wait_until,
-)
+from support.models import constant_model, save
+from support.servers import free_port, lifecycle_serve, rest_answer, running, stop
+from support.waits import wait_until
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
@@ -78,10 +71,10 @@ def test_explicit_mode_loads_and_unloads_models_by_name(repository):
             assert client.is_server_ready() and not client.is_model_ready("a")
             client.load_model("a")
             assert client.is_model_ready("a")
-            assert answer(url, "a") == {"predictions": [[1.0, 1.0]]}
+            assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
             assert index(url) == {"a": ("1", "READY"), "b": ("", "UNAVAILABLE")}
             client.load_model("b")
-            assert answer(url, "b") == {"predictions": [[2.0, 2.0]]}
+            assert rest_answer(url, "b") == {"predictions": [[2.0, 2.0]]}
             client.unload_model("a")
             wait_until(lambda: "a" not in loaded(registry), "a unloaded")
             assert not client.is_model_ready("a")
@@ -94,7 +87,7 @@ def test_explicit_mode_loads_and_unloads_models_by_name(repository):
             client.close()
         # The same over plain HTTP.
         assert httpx.post(f"{url}/v2/repository/models/a/load", json={}).status_code == 200
-        assert answer(url, "a") == {"predictions": [[1.0, 1.0]]}
+        assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
         assert httpx.post(f"{url}/v2/repository/models/b/unload", json={}).status_code == 200
         wait_until(lambda: index(url)["b"] == ("", "UNAVAILABLE"), "b unloaded")
         unknown = httpx.post(f"{url}/v2/repository/models/nope/unload", json={})
@@ -110,12 +103,16 @@ def test_a_load_of_a_loaded_model_reads_it_again_and_swaps_to_its_newest_version
     )
     with lc.ModelRegistry(name="reread") as registry, running(registry, config) as url:
         assert index(url) == {"a": ("1", "READY"), "b": ("", "UNAVAILABLE")}
+        loaded_by = registry.last_scan("a")
         save(constant_model(5.0), repository / "a", 2)
-        time.sleep(0.5)  # explicit mode polls nothing: version 1 serves until a load
-        assert answer(url, "a") == {"predictions": [[1.0, 1.0]]}
+        # Explicit mode neither polls nor listens for changes: no scan runs, and
+        # version 1 serves until a load. An absence, so a bounded wait.
+        time.sleep(0.5)
+        assert registry.last_scan("a") is loaded_by
+        assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
         load = httpx.post(f"{url}/v2/repository/models/a/load", json={}, timeout=60)
         assert load.status_code == 200, load.text
-        assert answer(url, "a") == {"predictions": [[5.0, 5.0]]}
+        assert rest_answer(url, "a") == {"predictions": [[5.0, 5.0]]}
         wait_until(lambda: [s.version for s in registry.status("a")] == [2], "1 retired")
 
 
@@ -127,18 +124,18 @@ def test_poll_mode_loads_new_models_and_versions_and_unloads_removed_models(repo
         repository_poll_secs=0.1,
     )
     with lc.ModelRegistry(name="poll") as registry, running(registry, config) as url:
-        assert answer(url, "a") == {"predictions": [[1.0, 1.0]]}  # all loaded at start-up
-        assert answer(url, "b") == {"predictions": [[2.0, 2.0]]}
+        assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}  # all loaded at start-up
+        assert rest_answer(url, "b") == {"predictions": [[2.0, 2.0]]}
         publish(constant_model(3.0), repository, "c", 1)
-        wait_until(lambda: answer(url, "c") == {"predictions": [[3.0, 3.0]]}, "c served")
+        wait_until(lambda: rest_answer(url, "c") == {"predictions": [[3.0, 3.0]]}, "c served")
         save(constant_model(5.0), repository / "a", 2)
-        wait_until(lambda: answer(url, "a") == {"predictions": [[5.0, 5.0]]}, "a's v2 served")
+        wait_until(lambda: rest_answer(url, "a") == {"predictions": [[5.0, 5.0]]}, "a's v2 served")
         shutil.rmtree(repository / "b")
         wait_until(lambda: "b" not in index(url), "b unloaded")
         wait_until(lambda: "b" not in loaded(registry), "b's versions disposed")
         # A model written in place (not renamed) is loaded once complete.
         save(constant_model(4.0), repository / "d", 1)
-        wait_until(lambda: answer(url, "d") == {"predictions": [[4.0, 4.0]]}, "d served")
+        wait_until(lambda: rest_answer(url, "d") == {"predictions": [[4.0, 4.0]]}, "d served")
         refused = httpx.post(f"{url}/v2/repository/models/a/unload", json={})
         assert refused.status_code == 503
         assert "--model_control_mode poll" in refused.json()["error"]
@@ -175,8 +172,8 @@ def test_a_repository_beside_tensorflow_servings_flags(repository, tmp_path):
         load_model=["*"],
     )
     with lc.ModelRegistry(name="beside") as registry, running(registry, config) as url:
-        assert answer(url, "risk") == {"predictions": [[7.0, 7.0]]}
-        assert answer(url, "b") == {"predictions": [[2.0, 2.0]]}
+        assert rest_answer(url, "risk") == {"predictions": [[7.0, 7.0]]}
+        assert rest_answer(url, "b") == {"predictions": [[2.0, 2.0]]}
         assert set(index(url)) == {"risk", "a", "b"}
     save(constant_model(7.0), repository / "risk", 1)
     with pytest.raises(ValueError, match=r"holds models named as models of .*\['risk'\]"):
@@ -216,6 +213,6 @@ def test_lifecycle_serve_with_tritons_repository_flags(repository):
         url = f"http://127.0.0.1:{port}"
         assert index(url) == {"a": ("", "UNAVAILABLE"), "b": ("1", "READY")}
         assert httpx.post(f"{url}/v2/repository/models/a/load", json={}).status_code == 200
-        assert answer(url, "a") == {"predictions": [[1.0, 1.0]]}
+        assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
         output = stop(process)
     assert "Registry closed: 2 version(s) drained and disposed." in output

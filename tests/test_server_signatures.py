@@ -18,6 +18,7 @@ import httpx
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.servers import free_port, running
 from tensorflow.core.example import example_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import (
@@ -27,7 +28,6 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
-from test_server import free_port, running
 
 import lifecycle as lc
 from lifecycle.server import ModelService, ServerConfig, build_grpc_server

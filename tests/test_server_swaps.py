@@ -10,6 +10,8 @@ for the next poll. Clients keep sending through the swaps.
 
 from __future__ import annotations
 
+import collections
+import functools
 import shutil
 import threading
 import time
@@ -18,7 +20,8 @@ from pathlib import Path
 import httpx
 import keras
 import pytest
-from test_server import free_port, lifecycle_serve, stop
+from support.servers import free_port, lifecycle_serve, stop
+from support.waits import wait_until
 from typer.testing import CliRunner
 
 import lifecycle.server
@@ -84,6 +87,7 @@ def test_a_new_version_of_a_small_model_answers_soon_after_its_directory_appears
         *("--file_system_poll_wait_seconds", str(POLL_SECONDS)),
     ]
     first_answer: dict[int, float] = {}
+    answers: collections.Counter[int] = collections.Counter()
     failures: list[str] = []
     done = threading.Event()
     body = {
@@ -103,6 +107,14 @@ def test_a_new_version_of_a_small_model_answers_soon_after_its_directory_appears
                     failures.append(f"{type(error).__name__}: {error}")
                     continue
                 first_answer.setdefault(version, time.monotonic())
+                answers[version] += 1
+
+    def settled(version: int) -> bool:
+        """``version`` alone is loaded and has answered the clients a while."""
+        assert failures == [], failures[:5]
+        status = httpx.get(f"http://127.0.0.1:{port}/v1/models/m", timeout=30).json()
+        alone = [s["version"] for s in status["model_version_status"]] == [str(version)]
+        return alone and answers[version] >= 20
 
     moved: list[float] = []
     with lifecycle_serve(*flags) as process:
@@ -111,12 +123,12 @@ def test_a_new_version_of_a_small_model_answers_soon_after_its_directory_appears
             thread.start()
         try:
             for version in (2, 3):
-                time.sleep(1.5)  # clients send to the current version meanwhile
+                wait_until(
+                    functools.partial(settled, version - 1),
+                    f"version {version - 1} alone serving, answering the clients",
+                )
                 appeared = publish(template, base, version)
-                deadline = appeared + 60
-                while version not in first_answer and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                assert version in first_answer, f"version {version} never answered"
+                wait_until(lambda v=version: v in first_answer, f"version {version} answered")
                 moved.append(first_answer[version] - appeared)
         finally:
             done.set()
