@@ -473,7 +473,10 @@ def pure_python_http(parent: Path) -> Path:
     return directory
 
 
-def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> dict[str, Server]:
+def start_servers(
+    args: argparse.Namespace, work: Path, logs: Path, servers: dict[str, Server]
+) -> None:
+    """Export the model and start the four servers into ``servers``, as each starts."""
     template = work / "model"
     export_model(args.units, template, args.timeout)
     ports = dict(zip("abcd", _harness.free_ports(4), strict=True))
@@ -489,13 +492,10 @@ def start_servers(args: argparse.Namespace, work: Path, logs: Path) -> dict[str,
         "c": lifecycle_serve(ports["c"], work / "base-c", *poll),
         "d": lifecycle_serve(ports["d"], work / "base-d"),
     }
-    servers = {
-        name: start_server(name, ports[name], command, logs, env if name == "d" else None)
-        for name, command in commands.items()
-    }
+    for name, command in commands.items():
+        servers[name] = start_server(name, ports[name], command, logs, env if name == "d" else None)
     for server in servers.values():
         wait_ready(server, args.timeout)
-    return servers
 
 
 def c_http_modules(server: Server) -> list[str]:
@@ -513,7 +513,7 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
     (logs := work / "logs").mkdir()
     servers: dict[str, Server] = {}
     try:
-        servers = start_servers(args, work, logs)
+        start_servers(args, work, logs, servers)  # stopped below, also if one fails
         writer = VersionWriter(servers["c"], work / "model", work / "base-c", args.swap_every)
         runs: _harness.Runs = []
         for index in range(args.rounds):
