@@ -35,7 +35,6 @@ import argparse
 import json
 import shutil
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -43,7 +42,8 @@ from typing import Any
 
 import _harness
 import serve
-from _harness import Metric, Option
+from _harness import Metric, Option, servers
+from _harness.servers import Server
 from hot_swap import INPUT_DIM, RequestThreads, build_mlp, latency_us
 
 MODES = ("off", "on", "ceiling")
@@ -153,7 +153,7 @@ def server_flags(mode: str, args: argparse.Namespace) -> list[str]:
     return flags
 
 
-def counters(server: serve.Server) -> tuple[float, int, int]:
+def counters(server: Server) -> tuple[float, int, int]:
     """The server's CPU seconds, and its version's batches and requests (admin API)."""
     url = f"{server.url}/v1/admin/models/{serve.MODEL_NAME}"
     with urllib.request.urlopen(url, timeout=10.0) as response:
@@ -162,7 +162,7 @@ def counters(server: serve.Server) -> tuple[float, int, int]:
 
 
 def serve_round(
-    servers: dict[str, serve.Server], index: int, clients: int, args: argparse.Namespace, logs: Path
+    running: dict[str, Server], index: int, clients: int, args: argparse.Namespace, logs: Path
 ) -> dict[str, dict[str, Any]]:
     """``clients`` Locust users taking turns between the servers (one load child); per mode."""
     modes = modes_of(index)
@@ -173,7 +173,7 @@ def serve_round(
         marker, _, number = line.partition(" ")
         if marker in (serve.MEASURING, serve.MEASURED):
             mode = modes[int(number)]
-            now = counters(servers[mode])
+            now = counters(running[mode])
             if marker == serve.MEASURING:
                 opened[mode] = now
             else:
@@ -181,13 +181,13 @@ def serve_round(
                     a + b - c for a, b, c in zip(spent[mode], now, opened[mode], strict=True)
                 ]
 
-    options = ["--url", ",".join(servers[mode].url for mode in modes), "--clients", str(clients)]
+    options = ["--url", ",".join(running[mode].url for mode in modes), "--clients", str(clients)]
     options += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
     options += ["--slices", str(args.slices)]
     loaded = serve.run_load_child(options, logs / "load.log", args.timeout, on_line)["servers"]
     results = {}
     for mode, phase in zip(modes, loaded, strict=True):
-        servers[mode].check_alive()
+        running[mode].check_alive()
         cpu, batches, requests = spent[mode]
         results[mode] = {
             "requests_per_second": phase["requests_per_second"],
@@ -214,33 +214,23 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
             for mode in MODES:
                 run[mode]["cases"] |= done.result[mode]["cases"]
     if "serve" in args.parts:
-        work = Path(tempfile.mkdtemp(prefix="lifecycle-batching-bench-"))
-        (logs := work / "logs").mkdir()
-        servers: dict[str, serve.Server] = {}
-        try:
+        with servers.workspace("lifecycle-batching-bench-") as (work, running):
             for units in {args.units, args.ceiling_units}:
                 serve.export_model(units, work / f"model-{units}", args.timeout)
             for mode, port in zip(MODES, _harness.free_ports(3), strict=True):
                 units = args.ceiling_units if mode == "ceiling" else args.units
                 shutil.copytree(work / f"model-{units}", work / f"base-{mode}" / "1")
-                command = serve.lifecycle_serve(
-                    port, work / f"base-{mode}", *server_flags(mode, args)
-                )
-                servers[mode] = serve.start_server(mode, port, command, logs)
-            for server in servers.values():
-                serve.wait_ready(server, args.timeout)
+                flags = server_flags(mode, args)
+                command = serve.lifecycle_serve(port, work / f"base-{mode}", *flags)
+                running[mode] = servers.start_server(mode, port, command, work / "logs")
+            for server in running.values():
+                servers.wait_ready(server, args.timeout, serve.post_predict)
             for index, run in enumerate(runs):
                 for clients in args.clients:
-                    print(
-                        f"serve round {index + 1}: {clients} clients", file=sys.stderr, flush=True
-                    )
-                    for mode, result in serve_round(servers, index, clients, args, logs).items():
+                    print(f"serve round {index + 1}: {clients} clients", file=sys.stderr)
+                    found = serve_round(running, index, clients, args, work / "logs")
+                    for mode, result in found.items():
                         run[mode]["cases"][f"serve, {clients} clients"] = result
-        except RuntimeError as error:
-            raise SystemExit(f"serve part failed: {error}\nlogs kept in {work}") from error
-        finally:
-            serve.stop_processes([server.process for server in servers.values()])
-        shutil.rmtree(work, ignore_errors=True)
     return runs
 
 

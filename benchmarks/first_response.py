@@ -30,9 +30,7 @@ import json
 import os
 import random
 import shutil
-import signal
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -41,7 +39,7 @@ from typing import Any
 
 import _harness
 import serve
-from _harness import Metric, Option
+from _harness import Metric, Option, servers
 
 SETTINGS = {"background": ["--loader_foreground_bytes", "0"], "default": []}
 SETTLE_SECONDS = (1.0, 2.0)  # after a version's first answer, before the next rename
@@ -126,40 +124,31 @@ def run_swaps(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def collect(args: argparse.Namespace) -> _harness.Runs:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    work = Path(tempfile.mkdtemp(prefix="lifecycle-first-response-"))
-    (logs := work / "logs").mkdir()
-    servers: dict[str, serve.Server] = {}
-    try:
+    with servers.workspace("lifecycle-first-response-") as (work, running):
         serve.export_model(args.units, work / "model", args.timeout)
         for name, port in zip(args.variants, _harness.free_ports(2), strict=False):
             shutil.copytree(work / "model", work / f"base-{name}" / "1")
             flags = ["--file_system_poll_wait_seconds", str(args.poll_wait), *SETTINGS[name]]
             command = serve.lifecycle_serve(port, work / f"base-{name}", *flags)
-            servers[name] = serve.start_server(name, port, command, logs)
-        for server in servers.values():
-            serve.wait_ready(server, args.timeout)
-        next_version = dict.fromkeys(servers, 2)
+            running[name] = servers.start_server(name, port, command, work / "logs")
+        for server in running.values():
+            servers.wait_ready(server, args.timeout, serve.post_predict)
+        next_version = dict.fromkeys(running, 2)
         runs: _harness.Runs = []
         for index in range(args.rounds):
             runs.append({})
-            for name in _harness.rotation(list(servers), index):
+            for name in _harness.rotation(list(running), index):
                 print(f"round {index + 1}: {name} ...", file=sys.stderr, flush=True)
-                options = [*args.argv, "--url", servers[name].url, "--seed", str(index)]
+                options = [*args.argv, "--url", running[name].url, "--seed", str(index)]
                 options += ["--base", str(work / f"base-{name}"), "--model", str(work / "model")]
                 options += ["--first-version", str(next_version[name])]
                 done = _harness.spawn_child(Path(__file__), "swaps", options, args.timeout)
-                servers[name].check_alive()
+                running[name].check_alive()
                 if done.result is None:
                     raise RuntimeError(f"the phase of {name} failed: {done.error}")
                 next_version[name] += args.swaps
                 runs[-1][name] = done.result
-        shutil.rmtree(work, ignore_errors=True)
-        return runs
-    except RuntimeError as error:
-        raise SystemExit(f"benchmark failed: {error}\nlogs kept in {work}") from error
-    finally:
-        serve.stop_processes([server.process for server in servers.values()])
+    return runs
 
 
 BENCHMARK = _harness.Benchmark(

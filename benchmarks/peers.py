@@ -49,10 +49,8 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -63,7 +61,8 @@ from typing import Any
 
 import _harness
 import serve
-from _harness import MIB, Metric, Option
+from _harness import MIB, Metric, Option, servers
+from _harness.servers import Server
 
 MODEL_NAME = serve.MODEL_NAME
 REPOSITORY = f"/v2/repository/models/{MODEL_NAME}"
@@ -188,14 +187,14 @@ def peer_python(name: str, venv: str | None) -> tuple[Path | None, str]:
     return python, ""
 
 
-def start(name: str, python: Path | None, work: Path, logs: Path) -> serve.Server:
+def start(name: str, python: Path | None, work: Path, logs: Path) -> Server:
     port, grpc, metrics = _harness.free_ports(3)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(_harness.BENCHMARKS))
     if name == "lifecycle":
-        return serve.start_server(name, port, serve.lifecycle_serve(port, work / "base"), logs)
+        return servers.start_server(name, port, serve.lifecycle_serve(port, work / "base"), logs)
     if name == "kserve":
         command = [str(python), __file__, "--variant", "kserve", "--model", str(work / "model")]
-        return serve.start_server(name, port, [*command, "--port", str(port)], logs, env)
+        return servers.start_server(name, port, [*command, "--port", str(port)], logs, env)
     root = work / "mlserver"
     (root / MODEL_NAME).mkdir(parents=True)
     settings = {"debug": False, "host": "127.0.0.1", "http_port": port, "grpc_port": grpc}
@@ -205,7 +204,7 @@ def start(name: str, python: Path | None, work: Path, logs: Path) -> serve.Serve
     (root / MODEL_NAME / "model-settings.json").write_text(json.dumps(model))
     command = [str(python.parent / "mlserver"), "start", "."]
     # MLServer keeps its metrics files under its working directory.
-    return serve.start_server(name, port, command, logs, env, cwd=root)
+    return servers.start_server(name, port, command, logs, env, cwd=root)
 
 
 # ------------------------------------------------------------------- the parent
@@ -228,7 +227,7 @@ def infer(url: str, input_name: str) -> None:
         raise ValueError(f"{url} answered {str(answer)[:300]}")
 
 
-def tree_sum(server: serve.Server, read: Callable[[Any], float]) -> float:
+def tree_sum(server: Server, read: Callable[[Any], float]) -> float:
     """``read`` summed over the server's process and its descendants (MLServer's workers)."""
     import psutil
 
@@ -260,7 +259,7 @@ class Swapper(threading.Thread):
             self.error = error
 
 
-def lifecycle_swap(server: serve.Server, work: Path) -> Callable[[], None]:
+def lifecycle_swap(server: Server, work: Path) -> Callable[[], None]:
     """A swap of lifecycle serve: a new version directory, a repository load, served alone."""
     version = [1]
 
@@ -281,7 +280,7 @@ def lifecycle_swap(server: serve.Server, work: Path) -> Callable[[], None]:
 
 
 def phase(
-    server: serve.Server,
+    server: Server,
     protocol: str,
     clients: int,
     args: argparse.Namespace,
@@ -317,7 +316,7 @@ def phase(
     return result
 
 
-def memory(server: serve.Server, args: argparse.Namespace) -> dict[str, Any]:
+def memory(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     """``--cycles`` repository unload + load + one request; the tree's RSS after each."""
     time.sleep(args.settle)
     rss = [tree_sum(server, lambda p: p.memory_info().rss) / MIB]
@@ -333,7 +332,6 @@ def memory(server: serve.Server, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def collect(args: argparse.Namespace) -> _harness.Runs:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     pythons: dict[str, Path | None] = {"lifecycle": None}
     args.skipped = []
     for name in ("kserve", "mlserver"):
@@ -343,21 +341,19 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
         elif python is not None:
             pythons[name] = python
     names = [name for name in args.variants if name in pythons]
-    work = Path(tempfile.mkdtemp(prefix="lifecycle-peers-bench-"))
-    (logs := work / "logs").mkdir()
-    servers: dict[str, serve.Server] = {}
-    try:
+    with servers.workspace("lifecycle-peers-bench-") as (work, running):
+        logs = work / "logs"
         args.input_name = serve.export_model(args.units, work / "model", args.timeout)["input_name"]
         shutil.copytree(work / "model", work / "base" / "1")
         for name in names:
-            servers[name] = start(name, pythons[name], work, logs)
-        for server in servers.values():
-            serve.wait_ready(server, args.timeout, lambda url: infer(url, args.input_name))
+            running[name] = start(name, pythons[name], work, logs)
+        for server in running.values():
+            servers.wait_ready(server, args.timeout, lambda url: infer(url, args.input_name))
         swaps = {
             name: functools.partial(post, server.url + REPOSITORY + "/load")
-            for name, server in servers.items()
+            for name, server in running.items()
         }
-        swaps["lifecycle"] = lifecycle_swap(servers["lifecycle"], work)
+        swaps["lifecycle"] = lifecycle_swap(running["lifecycle"], work)
         runs: _harness.Runs = []
         for index in range(args.rounds):
             runs.append({name: {"cases": {}} for name in names})
@@ -365,22 +361,17 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
             for protocol, clients in ((p, n) for p in PATHS for n in args.clients):
                 for name in (name for name in order if name in SPEAKERS[protocol]):
                     print(f"round {index + 1}: {protocol}, {clients}, {name}", file=sys.stderr)
-                    found = phase(servers[name], protocol, clients, args, logs)
+                    found = phase(running[name], protocol, clients, args, logs)
                     runs[-1][name]["cases"][f"{protocol}, {clients} clients"] = found
             for name in order:
                 clients = max(args.clients)
-                found = phase(servers[name], "v2", clients, args, logs, swaps[name])
+                found = phase(running[name], "v2", clients, args, logs, swaps[name])
                 steady = runs[-1][name]["cases"][f"v2, {clients} clients"]["p99_ms"]
                 found["p99_over_steady"] = found["p99_ms"] / steady if steady else None
                 runs[-1][name]["cases"][f"swaps, {clients} clients"] = found
             for name in order:
-                runs[-1][name]["cases"]["memory"] = memory(servers[name], args)
-        shutil.rmtree(work, ignore_errors=True)
-        return runs
-    except RuntimeError as error:
-        raise SystemExit(f"benchmark failed: {error}\nlogs kept in {work}") from error
-    finally:
-        serve.stop_processes([server.process for server in servers.values()])
+                runs[-1][name]["cases"]["memory"] = memory(running[name], args)
+    return runs
 
 
 def errors(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:

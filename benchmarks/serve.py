@@ -38,10 +38,7 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -51,7 +48,8 @@ from pathlib import Path
 from typing import Any
 
 import _harness
-from _harness import MIB, RESULT_PREFIX, Metric, Option
+from _harness import MIB, Metric, Option, servers
+from _harness.servers import Server
 from hot_swap import INPUT_DIM, build_mlp
 
 MODEL_NAME = "mlp"
@@ -63,7 +61,6 @@ SWAP_TIMEOUT = 120.0
 RSS_SETTLE = 0.5
 MAX_EXTRA_PHASES = 20
 STOP_TIMEOUT = 10.0  # a load child's clients finishing their request in flight
-STOP_WAIT = 20.0  # a server stopping after SIGTERM before it is killed
 ERRORS_KEPT = 5
 SWAPS_TARGET = 50
 # The uvicorn settings of `lifecycle serve` (lifecycle/server/_app.py, uvicorn_config()).
@@ -214,43 +211,6 @@ def measure(role: str, args: argparse.Namespace) -> dict[str, Any]:
 # ------------------------------------------------------------- servers, for the parent
 
 
-@dataclass
-class Server:
-    """A server process, its port and its log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def check_alive(self) -> None:
-        code = self.process.poll()
-        if code is not None:
-            raise RuntimeError(f"server {self.name} exited with code {code}\n{tail(self.log)}")
-
-    def cpu_seconds(self) -> float:
-        import psutil
-
-        return sum(psutil.Process(self.process.pid).cpu_times()[:2])
-
-    def rss(self) -> int:
-        import psutil
-
-        return psutil.Process(self.process.pid).memory_info().rss
-
-
-def tail(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-_harness.STDERR_TAIL_LINES :])
-
-
 def lifecycle_serve(port: int, base: Path, *flags: str) -> list[str]:
     """The command of ``lifecycle serve`` on ``port`` for ``base``, REST only."""
     command = [sys.executable, "-m", "lifecycle.cli", "serve"]
@@ -258,67 +218,13 @@ def lifecycle_serve(port: int, base: Path, *flags: str) -> list[str]:
     return [*command, "--model_base_path", str(base), *flags]
 
 
-def start_server(
-    name: str,
-    port: int,
-    command: list[str],
-    logs: Path,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-) -> Server:
-    """Start ``command`` (a server listening on ``port``), its output to ``logs``."""
-    log = logs / f"server-{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env or _harness.child_environment(),
-            cwd=cwd,
-        )
-    return Server(name, process, port, log)
-
-
-def wait_ready(
-    server: Server, timeout: float, probe: Callable[[str], object] | None = None
-) -> None:
-    """Wait until ``probe(url)`` (the predict request by default) succeeds."""
-    started = time.perf_counter()
-    while True:
-        server.check_alive()
-        try:
-            (probe or post_predict)(server.url)
-            return
-        except (OSError, ValueError, RuntimeError):
-            pass  # not listening yet (the port opens once the model is loaded)
-        if time.perf_counter() - started > timeout:
-            raise RuntimeError(
-                f"server {server.name} not ready in {timeout:g} s\n{tail(server.log)}"
-            )
-        time.sleep(0.25)
-
-
 def post_predict(url: str) -> None:
+    """The benchmark's request; raises unless it is answered with JSON."""
     request = urllib.request.Request(
         url + PREDICT_PATH, request_body(), {"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(request, timeout=10.0) as response:
         json.loads(response.read())
-
-
-def stop_processes(processes: Sequence[subprocess.Popen[Any]]) -> None:
-    """SIGTERM each process, wait for it, SIGKILL it if it does not stop."""
-    for process in processes:
-        if process.poll() is None:
-            process.terminate()
-    deadline = time.monotonic() + STOP_WAIT
-    for process in processes:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def export_model(units: int, path: Path, timeout: float) -> dict[str, Any]:
@@ -335,35 +241,7 @@ def run_load_child(
 ) -> dict[str, Any]:
     """Run this script's ``load`` role with ``options``, handing each line to ``on_line``."""
     command = [sys.executable, __file__, "--variant", "load", *options]
-    with log.open("ab") as errors:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            env=_harness.child_environment(),
-            text=True,
-        )
-    timer = threading.Timer(timeout, process.kill)
-    timer.start()
-    result = None
-    try:
-        for line in process.stdout or ():
-            if line.startswith(RESULT_PREFIX):
-                result = json.loads(line[len(RESULT_PREFIX) :])
-            else:
-                on_line(line.strip())
-        code = process.wait()
-    finally:
-        timer.cancel()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
-    if code != 0 or result is None:
-        raise RuntimeError(f"load child failed (exit code {code}); log: {log}\n{tail(log)}")
-    return result
+    return servers.stream_child(command, log, timeout, on_line)
 
 
 # ----------------------------------------------------------------- the run
@@ -474,7 +352,7 @@ def pure_python_http(parent: Path) -> Path:
 
 
 def start_servers(
-    args: argparse.Namespace, work: Path, logs: Path, servers: dict[str, Server]
+    args: argparse.Namespace, work: Path, logs: Path, running: dict[str, Server]
 ) -> None:
     """Export the model and start the four servers into ``servers``, as each starts."""
     template = work / "model"
@@ -493,9 +371,10 @@ def start_servers(
         "d": lifecycle_serve(ports["d"], work / "base-d"),
     }
     for name, command in commands.items():
-        servers[name] = start_server(name, ports[name], command, logs, env if name == "d" else None)
-    for server in servers.values():
-        wait_ready(server, args.timeout)
+        extra = env if name == "d" else None
+        running[name] = servers.start_server(name, ports[name], command, logs, extra)
+    for server in running.values():
+        servers.wait_ready(server, args.timeout, post_predict)
 
 
 def c_http_modules(server: Server) -> list[str]:
@@ -508,36 +387,28 @@ def c_http_modules(server: Server) -> list[str]:
 
 def collect(args: argparse.Namespace) -> _harness.Runs:
     """Start the servers, run the rounds (and extra (c) phases), stop every server."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    work = Path(tempfile.mkdtemp(prefix="lifecycle-serve-bench-"))
-    (logs := work / "logs").mkdir()
-    servers: dict[str, Server] = {}
-    try:
-        start_servers(args, work, logs, servers)  # stopped below, also if one fails
-        writer = VersionWriter(servers["c"], work / "model", work / "base-c", args.swap_every)
+    with servers.workspace("lifecycle-serve-bench-") as (work, running):
+        start_servers(args, work, work / "logs", running)
+        writer = VersionWriter(running["c"], work / "model", work / "base-c", args.swap_every)
         runs: _harness.Runs = []
         for index in range(args.rounds):
             runs.append({})
             for name in _harness.rotation(args.variants, index):
                 print(f"round {index + 1}: {name} ...", file=sys.stderr, flush=True)
-                phase = run_phase(servers[name], args, logs, writer if name == "c" else None)
+                swapping = writer if name == "c" else None
+                phase = run_phase(running[name], args, work / "logs", swapping)
                 runs[-1][name] = {"cases": {"serving": phase}}
         extra = []
         while "c" in args.variants and len(extra) < MAX_EXTRA_PHASES:
             if sum(loaded for _, loaded, _ in writer.swaps) >= args.min_swaps:
                 break
-            extra.append(run_phase(servers["c"], args, logs, writer))
+            extra.append(run_phase(running["c"], args, work / "logs", writer))
         for name, result in runs[-1].items():
-            result["cases"]["serving"]["server_rss_mib"] = servers[name].rss() / MIB
-            result["c_http_modules"] = c_http_modules(servers[name])
+            result["cases"]["serving"]["server_rss_mib"] = running[name].rss() / MIB
+            result["c_http_modules"] = c_http_modules(running[name])
         if "c" in args.variants:
             runs[-1]["c"]["cases"]["swaps"] = swap_summary(writer, extra)
-        shutil.rmtree(work, ignore_errors=True)
-        return runs
-    except RuntimeError as error:
-        raise SystemExit(f"benchmark failed: {error}\nlogs and models kept in {work}") from error
-    finally:
-        stop_processes([server.process for server in servers.values()])
+    return runs
 
 
 def swap_summary(writer: VersionWriter, extra: list[dict[str, Any]]) -> dict[str, Any]:

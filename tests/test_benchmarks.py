@@ -413,24 +413,25 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_
 
 
 @pytest.mark.subprocess
-def test_the_served_batching_part_takes_turns_each_server_by_its_own_requests(
-    load_script, tmp_path
-):
+def test_the_served_batching_part_takes_turns_each_server_by_its_own_requests(load_script):
     module = load_script("batching")
-    serve = module.serve
-    servers = {}
+    servers = importlib.import_module("_harness.servers")
     ports = _harness.free_ports(3)
-    for mode, port, status in zip(("off", "on", "ceiling"), ports, (200, 200, 500), strict=True):
-        command = [sys.executable, "-c", STAND_IN_SERVER, str(port), str(status)]
-        servers[mode] = serve.start_server(mode, port, command, tmp_path)
     args = _harness.parse_args(module.BENCHMARK, ["--seconds", "0.8", "--warmup", "0.2"])
     args.slices = 2
-    try:
-        for server in servers.values():
-            serve.wait_ready(server, 60, lambda url: module.counters(servers["off"]))
-        found = module.serve_round(servers, 0, 2, args, tmp_path)
-    finally:
-        serve.stop_processes([server.process for server in servers.values()])
+    with servers.workspace("stand-ins-") as (work, running):
+        for mode, port, status in zip(
+            ("off", "on", "ceiling"), ports, (200, 200, 500), strict=True
+        ):
+            command = [sys.executable, "-c", STAND_IN_SERVER, str(port), str(status)]
+            running[mode] = servers.start_server(mode, port, command, work / "logs")
+        for server in running.values():
+            servers.wait_ready(server, 60, lambda url, s=server: module.counters(s))
+        found = module.serve_round(running, 0, 2, args, work / "logs")
+        processes = [server.process for server in running.values()]
+    # The workspace stopped every server it started and removed its directory.
+    assert all(process.poll() is not None for process in processes)
+    assert not work.exists()
     off, on, ceiling = found["off"], found["on"], found["ceiling"]
     for phase in (off, on):
         assert phase["requests_per_second"] > 0 and phase["failed_requests"] == 0, found

@@ -22,6 +22,8 @@ variant. Its ``main`` is ``_harness.main(BENCHMARK)``; everything else is here:
 A child's result is a mapping of metric keys to numbers (one case), or
 ``{"cases": {case: {metric: number}}}`` plus any other keys, which only the
 script's ``notes`` read. Nothing here imports TensorFlow, so neither does a parent.
+The benchmarks that measure servers start, wait for and stop them with
+:mod:`_harness.servers`.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from typing import Any
 
 MIB = 1024 * 1024
 RESULT_PREFIX = "RESULT "
-BENCHMARKS = Path(__file__).resolve().parent
+BENCHMARKS = Path(__file__).resolve().parents[1]
 REPO_ROOT = BENCHMARKS.parent
 RESULTS = BENCHMARKS / "results"
 # Metrics per table of the report (a wider table would wrap).
