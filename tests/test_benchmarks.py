@@ -123,6 +123,7 @@ def test_ratios_are_taken_within_each_round_then_summarised():
     # A metric without a ratio, measured in two rounds of three.
     mib = cases["a", "mib"]
     assert (mib["median"], mib["rounds"], mib["baseline"], mib["ratio"]) == (6.0, 2, None, None)
+    assert (mib["variant_label"], mib["metric_label"]) == ("the first", "mib")
     assert ("b", "mib") not in cases
 
 

@@ -523,6 +523,9 @@ def summarise(bench: Benchmark, runs: Runs) -> list[dict[str, Any]]:
                 "ratio": ratios.median if ratios else None,
                 "ratio_min": ratios.low if ratios else None,
                 "ratio_max": ratios.high if ratios else None,
+                # What a page shows for them: the variant's description, the column's name.
+                "variant_label": bench.variants.get(variant, variant),
+                "metric_label": metric.label or key,
             }
         )
     return rows
