@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from .._core._checks import check_label
 from .._registry import (
     Inference,
     ModelRegistry,
@@ -26,9 +27,9 @@ from .._registry import (
 )
 from .._registry._watching import fingerprint
 from ..errors import BudgetExceededError, CheckpointError, LoadError, UnknownModelError
-from ._config import _LABEL_CHARS, ServedModel, ServerConfig
+from ._config import ServedModel, ServerConfig
 from ._errors import ModelControlError
-from ._flags import repository_models
+from ._rules import repository_models
 
 __all__ = ["ModelService"]
 
@@ -272,9 +273,7 @@ class ModelService:
             ValueError: The label is not TensorFlow Serving's ``[a-zA-Z0-9_]+``.
             UnknownModelError: No such model or ready version.
         """
-        if not label or not set(label) <= _LABEL_CHARS:
-            raise ValueError(f"A version label must match [a-zA-Z0-9_]+. Received: {label!r}")
-        self.registry.set_label(name, label, version)
+        self.registry.set_label(name, check_label(label), version)
         return self.versions(name)
 
     def remove_label(self, name: str, label: str) -> tuple[VersionStatus, ...]:
