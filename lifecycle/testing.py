@@ -9,7 +9,7 @@ failure message is the leak report::
 
 In pytest, installing keras-lifecycle adds a ``no_leaks`` fixture and a
 ``@pytest.mark.no_leaks`` marker that run the same check around a test's body
-(the plugin module is ``lifecycle_pytest``).
+(the plugin module is ``lifecycle.pytest_plugin``).
 """
 
 from __future__ import annotations

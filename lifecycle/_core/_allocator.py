@@ -5,9 +5,9 @@ AMX), TensorFlow's CPU allocator keeps every freed block of 4 KiB or more in a
 pool that grows to the largest working set and never shrinks: a disposed
 model's bytes stay with the process. TensorFlow reads the settings that avoid
 the pool once: ``TF_ENABLE_ONEDNN_OPTS`` when it is imported,
-``TF_ONEDNN_USE_SYSTEM_ALLOCATOR`` at its first CPU allocation. ``import
-lifecycle`` imports TensorFlow, so the choice is made from the environment,
-read by ``import lifecycle`` before it imports anything else::
+``TF_ONEDNN_USE_SYSTEM_ALLOCATOR`` at its first CPU allocation. So the choice
+is made from the environment, read by ``import lifecycle`` before anything of
+the library can import TensorFlow::
 
     LIFECYCLE_ALLOCATOR=system python train.py
 

@@ -191,7 +191,7 @@ def _chain(objgraph: Any, obj: Any, max_depth: int, ignore: list[int]) -> list[A
 
 
 # Modules whose frames hold candidates while a report is built.
-_MACHINERY = frozenset({__name__, "lifecycle.testing", "lifecycle_pytest"})
+_MACHINERY = frozenset({__name__, "lifecycle.testing", "lifecycle.pytest_plugin"})
 # Objects visited when telling a model's own reference cycles from outside holders.
 _OWN_CYCLE_LIMIT = 20_000
 
