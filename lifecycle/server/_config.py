@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import string
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -32,10 +31,6 @@ __all__ = [
     "read_batching_parameters",
     "served_models",
 ]
-
-# The characters of a version label, for the modules that still import them from here;
-# the rule itself is `check_label` (lifecycle/_core/_checks.py).
-_LABEL_CHARS = frozenset(string.ascii_letters + string.digits + "_")
 
 
 @attrs.frozen

@@ -49,9 +49,8 @@ from ._rules import (
     swap_policy_name,
 )
 
-# Also imported from here: the choices of --swap_policy, and the models of a repository.
+# Also imported from here: the choices of --swap_policy.
 from ._rules import SWAP_POLICIES as SWAP_POLICIES
-from ._rules import repository_models as repository_models
 
 __all__ = [
     "FLAGS",
