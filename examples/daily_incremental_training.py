@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> float:
 
     import lifecycle as lc
 
-    lc.tune_allocator()  # let released buffers go back to the system
+    lc.tuning.tune_allocator()  # let released buffers go back to the system
     with tempfile.TemporaryDirectory() as base:
         directory = os.path.join(base, "recommender")
         rss: list[float] = []

@@ -45,7 +45,7 @@ def fit_and_dispose() -> dict[str, object]:
     # The cleaner hands the freed heap back on its thread: wait for it.
     lc.current_session().cleaner.wait_idle(60)
     stats = lc.statistics(count_graphs=False)
-    choice = lc.allocator_choice()
+    choice = lc.tuning.allocator_choice()
     return {
         "choice": "defaults" if choice is None else f"LIFECYCLE_ALLOCATOR={choice.name}",
         "allocator": stats.cpu_allocator,

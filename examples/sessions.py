@@ -38,7 +38,7 @@ def main() -> None:
         with lc.LifecycleSession(
             cleanup=lc.CleanupStrategy.ON_SESSION_CLOSE,
             name=f"trial-{units}",
-            trim_threshold=lc.DEFAULT_TRIM_THRESHOLD,  # None: never trim the C heap
+            trim_threshold=lc.tuning.DEFAULT_TRIM_THRESHOLD,  # None: never trim the C heap
         ) as session:
             model = build(units)
             loss = model.fit(x, y, epochs=3, verbose=0).history["loss"][-1]

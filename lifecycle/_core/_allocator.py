@@ -227,7 +227,7 @@ def current_choice() -> AllocatorChoice | None:
 
     Example:
         >>> import lifecycle as lc
-        >>> choice = lc.allocator_choice()
+        >>> choice = lc.tuning.allocator_choice()
         >>> choice is None or choice.name in ("tensorflow", "system", "no-onednn")
         True
     """

@@ -100,7 +100,7 @@ class CleanerStatistics:
         max_trim_seconds: The longest of them.
         trim_threshold: Bytes released that start a trim (``None``: the cleaner
             trims only after collections, and only under
-            :func:`~lifecycle.tune_allocator`).
+            :func:`~lifecycle.tuning.tune_allocator`).
     """
 
     strategy: CleanupStrategy
@@ -207,7 +207,7 @@ class Cleaner:
         trim_threshold: Bytes released (since the last trim) after which the
             cleaner returns free C-heap memory to the system; it then also
             trims after each collection. ``None`` disables both (unless
-            :func:`~lifecycle.tune_allocator` asked for trims after collections).
+            :func:`~lifecycle.tuning.tune_allocator` asked for trims after collections).
         trimmer: The trim to run; ``None`` (default) runs ``malloc_trim(0)``
             (a no-op off glibc). A seam for tests.
     """

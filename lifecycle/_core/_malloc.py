@@ -102,7 +102,7 @@ def tune_allocator(
 
     Example:
         >>> import lifecycle as lc
-        >>> lc.tune_allocator().mmap_threshold  # doctest: +SKIP
+        >>> lc.tuning.tune_allocator().mmap_threshold  # doctest: +SKIP
         65536
     """
     global _settings

@@ -397,7 +397,7 @@ def check_compatibility() -> CompatibilityReport:
 
     Example:
         >>> import lifecycle as lc
-        >>> lc.check_compatibility().keras.startswith("3.")
+        >>> lc.introspection.check_compatibility().keras.startswith("3.")
         True
     """
     global _report

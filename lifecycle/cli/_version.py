@@ -42,7 +42,7 @@ def version(
         return
     lc = import_library()
     try:
-        report = lc.check_compatibility()
+        report = lc.introspection.check_compatibility()
     except lc.CompatibilityError as error:
         out.print(f"self-check failed: {error}", markup=False)
         raise typer.Exit(1) from None

@@ -94,7 +94,7 @@ class ServerConfig:
             ``model.export()`` stores each variable twice, so that is about
             20 MiB of weights. 0: every load in the background.
         freeze_heap: The registry's ``freeze_heap``.
-        tune_allocator: Call :func:`lifecycle.tune_allocator` at start-up,
+        tune_allocator: Call :func:`lifecycle.tuning.tune_allocator` at start-up,
             unless TensorFlow takes every CPU block from malloc (the ``system``
             allocator choice), where its mmap threshold would slow every step.
         admin_api: Serve the admin API (promote, labels, routes) and KServe's
