@@ -48,17 +48,21 @@ MAX_GAP_TARGET_MS = 20.0
 P99_RATIO_TARGET = 1.2
 
 
-def serving_loop(serve: Callable[[], Any], interval: float, stop: threading.Event) -> list[float]:
-    """Call ``serve`` every ``interval`` seconds (at once when late) until ``stop``; the starts."""
+def serving_loop(
+    serve: Callable[[], Any], interval: float, stop: threading.Event
+) -> tuple[list[float], list[float]]:
+    """Call ``serve`` every ``interval`` s (at once when late) until ``stop``; starts, latencies."""
     starts: list[float] = []
+    latencies: list[float] = []
     clock = time.perf_counter
     deadline = clock()
     while not stop.is_set():
         starts.append(clock())
         serve()
+        latencies.append(1000 * (clock() - starts[-1]))
         deadline = max(deadline + interval, clock())
         time.sleep(max(0.0, deadline - clock()))
-    return starts
+    return starts, latencies
 
 
 def train_models(variant: str, args: argparse.Namespace, x: Any, y: Any) -> None:
@@ -111,7 +115,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     watch, stop, found = _harness.Collections(), threading.Event(), {}
 
     def serve() -> None:
-        found["starts"] = serving_loop(lambda: function(request), args.interval_ms / 1000, stop)
+        found["calls"] = serving_loop(lambda: function(request), args.interval_ms / 1000, stop)
 
     serving = threading.Thread(target=serve, name=SERVING_THREAD, daemon=True)
     started = time.perf_counter()
@@ -123,7 +127,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         stop.set()
         serving.join(WAIT_SECONDS)
         watch.close()
-    starts = found.get("starts")
+    starts, latencies = found.get("calls", ([], []))
     if not starts or len(starts) < 2:
         raise RuntimeError("the serving thread failed or did not stop; see its traceback above")
     gaps = [1000 * (b - a) for a, b in itertools.pairwise(starts)]
@@ -131,6 +135,9 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     longest = max(range(len(gaps)), key=gaps.__getitem__)
     result: dict[str, Any] = {
         "calls": len(starts),
+        "latency_p50_ms": _harness.percentiles(latencies, 50)[0],
+        "latency_p99_ms": _harness.percentiles(latencies, 99)[0],
+        "latency_max_ms": max(latencies),
         "workload_s": workload,
         "max_gap_ms": gaps[longest],
         "p99_gap_ms": p99,
@@ -182,6 +189,10 @@ BENCHMARK = _harness.Benchmark(
         Metric("gc_max_ms", ms, ".1f", "py gc max ms", ratio=False),
         Metric("gc_in_max_gap_ms", ms, ".1f", "gc in max gap ms", ratio=False),
         Metric("calls", "", ",.0f", "calls", ratio=False),
+        Metric("latency_p50_ms", ms, ".2f", "call p50 ms", ratio=False),
+        Metric("latency_p99_ms", ms, ".2f", "call p99 ms", ratio=False),
+        Metric("latency_max_ms", ms, ".1f", "call max ms", ratio=False),
+        Metric("max_gap_at_s", "s", ".1f", "max gap at s", ratio=False),
         Metric("gc_collections", "", ".0f", "py gcs", ratio=False),
         Metric("gc_total_ms", ms, ".0f", "py gc ms", ratio=False),
         Metric("serving_gc_collections", "", ".0f", "serving-thread gcs", ratio=False),
