@@ -22,39 +22,42 @@ variant. Its ``main`` is ``_harness.main(BENCHMARK)``; everything else is here:
 A child's result is a mapping of metric keys to numbers (one case), or
 ``{"cases": {case: {metric: number}}}`` plus any other keys, which only the
 script's ``notes`` read. Nothing here imports TensorFlow, so neither does a parent.
-The benchmarks that measure servers start, wait for and stop them with
-:mod:`_harness.servers`.
+Medians, percentiles and collections are in :mod:`_harness.stats`, the report
+and the result file in :mod:`_harness.report`; the benchmarks that measure
+servers start, wait for and stop them with :mod:`_harness.servers`.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
 import json
-import math
 import os
-import platform
 import signal
 import socket
-import statistics
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from .report import render_table as render_table
+from .report import report as report
+from .report import result_document as result_document
+from .report import summarise as summarise
+from .stats import Collections as Collections
+from .stats import Spread as Spread
+from .stats import fmt as fmt
+from .stats import percentiles as percentiles
+from .stats import slope as slope
+from .stats import spread_of as spread_of
 
 MIB = 1024 * 1024
 RESULT_PREFIX = "RESULT "
 BENCHMARKS = Path(__file__).resolve().parents[1]
 REPO_ROOT = BENCHMARKS.parent
 RESULTS = BENCHMARKS / "results"
-# Metrics per table of the report (a wider table would wrap).
-COLUMNS = 6
 # Lines of a failed child's stderr kept in its error message.
 STDERR_TAIL_LINES = 15
 
@@ -341,48 +344,6 @@ def interleave(ways: Mapping[str, Callable[[], Result]], rounds: int) -> Runs:
     return runs
 
 
-# ------------------------------------------------------------------------- numbers
-
-
-@dataclass(frozen=True)
-class Spread:
-    """The median of a few measurements and their range."""
-
-    median: float
-    low: float
-    high: float
-    count: int
-
-
-def spread_of(values: Iterable[float | None]) -> Spread | None:
-    """The median and range of ``values`` that are neither None nor NaN; None if none are."""
-    found = [v for v in values if v is not None and not math.isnan(v)]
-    if not found:
-        return None
-    return Spread(statistics.median(found), min(found), max(found), len(found))
-
-
-def percentiles(values: Sequence[float], *points: float) -> list[float | None]:
-    """The ``points`` percentiles (0-100) of ``values``, linearly interpolated."""
-    ordered = sorted(values)
-    if not ordered:
-        return [None for _ in points]
-    found = []
-    for point in points:
-        at = (len(ordered) - 1) * point / 100
-        low = math.floor(at)
-        high = min(low + 1, len(ordered) - 1)
-        found.append(ordered[low] + (ordered[high] - ordered[low]) * (at - low))
-    return found
-
-
-def fmt(value: float | None, spec: str, suffix: str = "") -> str:
-    """A cell: ``value`` formatted, or ``"-"`` for None or NaN."""
-    if value is None or math.isnan(value):
-        return "-"
-    return f"{value:{spec}}{suffix}"
-
-
 def free_ports(count: int) -> list[int]:
     """``count`` distinct TCP ports on 127.0.0.1 that nothing listens on right now."""
     sockets = [socket.socket() for _ in range(count)]
@@ -393,243 +354,3 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def slope(values: Sequence[float]) -> float | None:
-    """Least-squares slope of ``values`` against their index (None for fewer than 2)."""
-    if len(values) < 2:
-        return None
-    return statistics.linear_regression(range(len(values)), values).slope
-
-
-class Collections:
-    """Python's collections while ``active``, through ``gc.callbacks``.
-
-    Each is ``(start, end, generation, thread name)``, perf_counter seconds. A
-    collection's time is not all time the GIL was held: the finalizers it runs
-    can let other threads run. :meth:`close` removes the callback.
-    """
-
-    def __init__(self, active: bool = True) -> None:
-        self.active = active
-        self.events: list[tuple[float, float, int, str]] = []
-        self._started: dict[str, float] = {}
-        gc.callbacks.append(self)
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        thread = threading.current_thread().name
-        if phase == "start":
-            self._started[thread] = time.perf_counter()
-        elif self.active and thread in self._started:
-            started = self._started.pop(thread)
-            self.events.append((started, time.perf_counter(), info["generation"], thread))
-
-    def close(self) -> None:
-        gc.callbacks.remove(self)
-
-    def summary(self, prefix: str, keep: Callable[[int, str], bool]) -> dict[str, float]:
-        """Count, total and longest (ms) of the collections ``keep(generation, thread)``."""
-        ms = [1000 * (end - start) for start, end, gen, name in self.events if keep(gen, name)]
-        found = {"collections": len(ms), "total_ms": sum(ms), "max_ms": max(ms, default=0.0)}
-        return {f"{prefix}_{key}": value for key, value in found.items()}
-
-    def inside(self, start: float, end: float) -> float:
-        """Milliseconds of collections within ``[start, end]``."""
-        return sum(1000 * max(0.0, min(end, e) - max(start, s)) for s, e, *_ in self.events)
-
-
-# ------------------------------------------------------------------------- machine
-
-
-def cpu_model() -> str:
-    """The CPU's model name as ``lscpu`` gives it (``/proc/cpuinfo`` if it cannot)."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = ""
-    if not out and Path("/proc/cpuinfo").is_file():
-        out = Path("/proc/cpuinfo").read_text()
-    for line in out.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() == "model name":
-            return value.strip()
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
-def version_of(*distributions: str) -> str:
-    """The version of the first of ``distributions`` installed, or ``"not installed"``."""
-    for name in distributions:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "not installed"
-
-
-def machine() -> dict[str, Any]:
-    """The ``machine`` of a result file."""
-    return {
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "tensorflow": version_of("tensorflow", "tensorflow-cpu"),
-        "keras": version_of("keras"),
-    }
-
-
-# -------------------------------------------------------------------------- report
-
-
-def cases_of(result: Result, default: str) -> dict[str, Mapping[str, Any]]:
-    """A result's cases: its ``cases``, or the result itself as the case ``default``."""
-    return result.get("cases") or {default: result}
-
-
-def number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def summarise(bench: Benchmark, runs: Runs) -> list[dict[str, Any]]:
-    """The ``cases`` of a result file: per case, variant and metric, over the rounds."""
-    values: dict[tuple[str, str, str], list[float | None]] = {}
-    for number_, run in enumerate(runs):
-        for variant, result in run.items():
-            for case, found in cases_of(result or {}, bench.name).items():
-                for metric in bench.metrics:
-                    column = values.setdefault((case, variant, metric.key), [None] * len(runs))
-                    column[number_] = number(found.get(metric.key))
-    rows = []
-    for (case, variant, key), column in values.items():
-        metric = next(m for m in bench.metrics if m.key == key)
-        found = spread_of(column)
-        if found is None:
-            continue
-        base = bench.baseline_of(variant) if metric.ratio else None
-        under = values.get((case, base, key)) if base else None
-        ratios = None
-        if under is not None:
-            ratios = spread_of(a / b for a, b in zip(column, under, strict=True) if a and b)
-        rows.append(
-            {
-                "case": case,
-                "variant": variant,
-                "metric": key,
-                "unit": metric.unit,
-                "median": found.median,
-                "min": found.low,
-                "max": found.high,
-                "rounds": found.count,
-                "baseline": base if ratios else None,
-                "ratio": ratios.median if ratios else None,
-                "ratio_min": ratios.low if ratios else None,
-                "ratio_max": ratios.high if ratios else None,
-                # What a page shows for them: the variant's description, the column's name.
-                "variant_label": bench.variants.get(variant, variant),
-                "metric_label": metric.label or key,
-            }
-        )
-    return rows
-
-
-def result_document(bench: Benchmark, args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
-    """The JSON a run writes: what ran, where, and every case's numbers."""
-    return {
-        "benchmark": bench.name,
-        "title": bench.title,
-        "date": datetime.date.today().isoformat(),
-        "machine": machine(),
-        "command": " ".join(["python", f"benchmarks/{bench.name}.py", *args.argv]),
-        "source": "run",
-        "rounds": args.rounds,
-        "cases": summarise(bench, runs),
-    }
-
-
-def tables(bench: Benchmark, cases: Sequence[Mapping[str, Any]]) -> list[list[list[str]]]:
-    """The report's tables: a row per case and variant, a column per metric (and ratio).
-
-    Metrics are split over several tables of at most :data:`COLUMNS` metrics each.
-    """
-    metrics = [m for m in bench.metrics if any(c["metric"] == m.key for c in cases)]
-    several = len({c["case"] for c in cases}) > 1
-    order = {name: i for i, name in enumerate(dict.fromkeys(c["case"] for c in cases))}
-    rank = {name: i for i, name in enumerate(bench.variants)}
-    keys = sorted(
-        {(c["case"], c["variant"]) for c in cases}, key=lambda k: (order[k[0]], rank[k[1]])
-    )
-    by_key = {(c["case"], c["variant"], c["metric"]): c for c in cases}
-    compared = {c["metric"] for c in cases if c["ratio"] is not None}
-    base = "baseline" if callable(bench.baseline) else bench.baseline_of("")
-    found = []
-    for start in range(0, len(metrics), COLUMNS):
-        group = metrics[start : start + COLUMNS]
-        header = ["case"] * several + ["variant"]
-        for metric in group:
-            header += [metric.label or f"{metric.key} {metric.unit}".strip()]
-            header += [f"vs {base}"] * (metric.key in compared)
-        rows = [header]
-        for case, variant in keys:
-            row = [case] * several + [variant]
-            for metric in group:
-                one = by_key.get((case, variant, metric.key))
-                row.append(cell(one, "median", "min", "max", metric.spec, ""))
-                if metric.key in compared:
-                    row.append(cell(one, "ratio", "ratio_min", "ratio_max", ".2f", "x"))
-            if any(c != "-" for c in row[1 + several :]):
-                rows.append(row)
-        found.append(rows)
-    return found
-
-
-def cell(found: Mapping[str, Any] | None, mid: str, low: str, high: str, spec: str, x: str) -> str:
-    if found is None or found[mid] is None:
-        return "-"
-    if found["rounds"] == 1 or found[low] == found[high]:
-        return fmt(found[mid], spec, x)
-    return f"{fmt(found[mid], spec, x)} ({fmt(found[low], spec)}-{fmt(found[high], spec)})"
-
-
-def render_table(rows: Sequence[Sequence[str]]) -> str:
-    """A plain-text table: the header, a rule, the rows; first column left-aligned."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-
-    def line(cells: Sequence[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-        return "  ".join([first, *rest]).rstrip()
-
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(rows[0]), rule, *(line(row) for row in rows[1:])])
-
-
-def report(bench: Benchmark, args: argparse.Namespace, runs: Runs, failures: Sequence[str]) -> int:
-    """Print the report, write the JSON file; 1 if a child failed or a check did not pass."""
-    document = result_document(bench, args, runs)
-    info = document["machine"]
-    print(f"{bench.title}")
-    print(
-        f"machine: {info['cpu']}, {info['cores']} cores; Python {info['python']}, "
-        f"TensorFlow {info['tensorflow']}, Keras {info['keras']}"
-    )
-    print(f"rounds:  {args.rounds}, variants interleaved; cells: median (min-max) over rounds,")
-    print("         ratios: to the baseline variant within each round, then their median")
-    for variant in args.variants:
-        print(f"  {variant}: {bench.variants[variant]}")
-    for rows in tables(bench, document["cases"]):
-        print()
-        print(render_table(rows))
-    baselines = sorted({c["baseline"] for c in document["cases"] if c["baseline"]})
-    if baselines:
-        print(f"\nbaseline: {', '.join(baselines)}")
-    for line in bench.notes(runs, args) if bench.notes else []:
-        print(line)
-    problems = [*failures, *(bench.check(runs, args) if bench.check else [])]
-    for problem in problems:
-        print(f"FAILED: {problem.splitlines()[0]}")
-        print(problem, file=sys.stderr)
-    out = args.out or (None if args.quick else RESULTS / f"{bench.name}.json")
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"written: {out}")
-    return 1 if problems else 0
