@@ -42,7 +42,7 @@ from typing import Any
 
 import _harness
 import serve
-from _harness import Metric, Option, servers
+from _harness import Metric, Option, load, servers
 from _harness.servers import Server
 from hot_swap import INPUT_DIM, RequestThreads, build_mlp, latency_us
 
@@ -166,36 +166,21 @@ def serve_round(
 ) -> dict[str, dict[str, Any]]:
     """``clients`` Locust users taking turns between the servers (one load child); per mode."""
     modes = modes_of(index)
-    opened: dict[str, tuple[float, int, int]] = {}
-    spent = {mode: [0.0, 0, 0] for mode in modes}
-
-    def on_line(line: str) -> None:
-        marker, _, number = line.partition(" ")
-        if marker in (serve.MEASURING, serve.MEASURED):
-            mode = modes[int(number)]
-            now = counters(running[mode])
-            if marker == serve.MEASURING:
-                opened[mode] = now
-            else:
-                spent[mode] = [
-                    a + b - c for a, b, c in zip(spent[mode], now, opened[mode], strict=True)
-                ]
-
-    options = ["--url", ",".join(running[mode].url for mode in modes), "--clients", str(clients)]
-    options += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
-    options += ["--slices", str(args.slices)]
-    loaded = serve.run_load_child(options, logs / "load.log", args.timeout, on_line)["servers"]
+    spec = {"path": serve.PREDICT_PATH, "body": serve.request_body().decode()}
+    spec |= {"clients": clients, "seconds": args.seconds, "warmup": args.warmup}
+    spec |= {"slices": args.slices}
+    targets = [running[mode] for mode in modes]
+    loaded = load.run_load(targets, spec, logs / "load.log", args.timeout, counters)
     results = {}
     for mode, phase in zip(modes, loaded, strict=True):
-        running[mode].check_alive()
-        cpu, batches, requests = spent[mode]
+        _, batches, requests = phase["counted"] or (0, 0, 0)
         results[mode] = {
             "requests_per_second": phase["requests_per_second"],
             "p50_us": phase["p50_ms"] and 1000 * phase["p50_ms"],
             "p99_us": phase["p99_ms"] and 1000 * phase["p99_ms"],
             "failed_requests": phase["failed"],
             "errors": phase["errors"],
-            "server_cpu_ms": 1000 * cpu / phase["requests"] if phase["requests"] else None,
+            "server_cpu_ms": phase.get("server_cpu_ms"),
             "load_cpu_percent": phase["load_cpu_percent"],
         }
         if batches:

@@ -43,7 +43,6 @@ Run (from the repository root)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import logging
@@ -51,7 +50,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -61,7 +59,7 @@ from typing import Any
 
 import _harness
 import serve
-from _harness import MIB, Metric, Option, servers
+from _harness import MIB, Metric, Option, load, servers
 from _harness.servers import Server
 
 MODEL_NAME = serve.MODEL_NAME
@@ -73,7 +71,7 @@ PEERS = {
     "kserve": ("kserve", "'tensorflow-cpu==2.21.*'"),
     "mlserver": ("mlserver", "'uvloop==0.21.0'", "'tensorflow-cpu==2.21.*'"),
 }
-SWAP_TIMEOUT = 120.0
+SWAP_TIMEOUT = load.SWAP_TIMEOUT
 
 
 def request_body(protocol: str, input_name: str) -> str:
@@ -175,16 +173,20 @@ def __getattr__(name: str) -> Any:
 
 
 def peer_python(name: str, venv: str | None) -> tuple[Path | None, str]:
-    """The Python of a peer's virtualenv, or None and why it is skipped."""
+    """The Python of a peer's virtualenv and its versions, or None and why it is skipped."""
     where = venv or f"/tmp/peer-{name}"
     create = f"python3 -m venv {where} && {where}/bin/pip install {' '.join(PEERS[name])}"
     python = Path(venv or "/nonexistent") / "bin" / "python"
     if not python.is_file():
         return None, f"no virtualenv at {venv} (--{name}-venv); create it: {create}"
-    check = [str(python), "-c", f"import {name}, tensorflow"]
-    if subprocess.run(check, capture_output=True, timeout=300).returncode != 0:
+    versions = f"import {name}, tensorflow as tf; from importlib.metadata import version as v; "
+    versions += f"print('{name}', v('{name}'), 'tensorflow', tf.__version__)"
+    check = subprocess.run(
+        [str(python), "-c", versions], capture_output=True, text=True, timeout=300
+    )
+    if check.returncode != 0:
         return None, f"{venv} cannot import {name} and tensorflow; create it: {create}"
-    return python, ""
+    return python, check.stdout.strip()
 
 
 def start(name: str, python: Path | None, work: Path, logs: Path) -> Server:
@@ -227,58 +229,6 @@ def infer(url: str, input_name: str) -> None:
         raise ValueError(f"{url} answered {str(answer)[:300]}")
 
 
-def tree_sum(server: Server, read: Callable[[Any], float]) -> float:
-    """``read`` summed over the server's process and its descendants (MLServer's workers)."""
-    import psutil
-
-    process = psutil.Process(server.process.pid)
-    total = 0.0
-    for member in [process, *process.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            total += read(member)
-    return total
-
-
-class Swapper(threading.Thread):
-    """Runs ``swap`` back to back, ``every`` s apart at least, until stopped; their seconds."""
-
-    def __init__(self, swap: Callable[[], None], every: float) -> None:
-        super().__init__(name="swapper", daemon=True)
-        self.swap, self.every, self.seconds = swap, every, []
-        self.error: BaseException | None = None
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                started = time.perf_counter()
-                self.swap()
-                self.seconds.append(time.perf_counter() - started)
-                self.stopping.wait(max(0.0, started + self.every - time.perf_counter()))
-        except BaseException as error:
-            self.error = error
-
-
-def lifecycle_swap(server: Server, work: Path) -> Callable[[], None]:
-    """A swap of lifecycle serve: a new version directory, a repository load, served alone."""
-    version = [1]
-
-    def swap() -> None:
-        new = version[0] + 1
-        shutil.copytree(work / "model", work / "base" / f".tmp-{new}")
-        os.rename(work / "base" / f".tmp-{new}", work / "base" / str(new))
-        post(server.url + REPOSITORY + "/load")
-        deadline = time.perf_counter() + SWAP_TIMEOUT
-        while serve.served_versions(server.url) != {new: "AVAILABLE"}:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"version {new} not served alone in {SWAP_TIMEOUT:g} s")
-            time.sleep(0.1)
-        shutil.rmtree(work / "base" / str(version[0]))
-        version[0] = new
-
-    return swap
-
-
 def phase(
     server: Server,
     protocol: str,
@@ -287,48 +237,33 @@ def phase(
     logs: Path,
     swap: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """One Locust child against ``server``; CPU of its tree over the measured window."""
-    cpu: list[float] = []
-    swapper = Swapper(swap, args.swap_every) if swap else None
-
-    def on_line(line: str) -> None:
-        if line.startswith((serve.MEASURING, serve.MEASURED)):
-            cpu.append(tree_sum(server, lambda p: sum(p.cpu_times()[:2])))
-        if swapper is not None and line.startswith(serve.MEASURING):
-            swapper.start()
-        elif swapper is not None and line.startswith(serve.MEASURED):
-            swapper.stopping.set()
-            swapper.join(SWAP_TIMEOUT)
-
-    options = ["--url", server.url, "--clients", str(clients), "--path", PATHS[protocol]]
-    options += ["--body", request_body(protocol, args.input_name)]
-    options += ["--seconds", str(args.seconds), "--warmup", str(args.warmup)]
+    """One Locust child against ``server``, swapping with ``swap`` if given."""
+    spec = {"path": PATHS[protocol], "body": request_body(protocol, args.input_name)}
+    spec |= {"clients": clients, "seconds": args.seconds, "warmup": args.warmup}
+    swapper = load.Swapper(swap, args.swap_every) if swap else None
     log = logs / f"load-{server.name}-{protocol}-{clients}.log"
-    [result] = serve.run_load_child(options, log, args.timeout, on_line)["servers"]
-    server.check_alive()
+    [result] = load.run_load([server], spec, log, args.timeout, swapper=swapper)
     if swapper is not None:
-        if swapper.error is not None:
-            raise RuntimeError(f"a swap of {server.name} failed: {swapper.error}")
-        result["swaps"] = len(swapper.seconds)
-        result["swap_s"] = _harness.percentiles(swapper.seconds, 50)[0]
-    if len(cpu) == 2 and result["requests"]:
-        result["server_cpu_ms"] = 1000 * (cpu[1] - cpu[0]) / result["requests"]
+        result["swaps"] = swapper.under_load()
+        result["swaps_after_window"] = len(swapper.swaps) - swapper.under_load()
+        result["swap_s"] = _harness.percentiles([s for s, *_ in swapper.swaps], 50)[0]
     return result
 
 
 def memory(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     """``--cycles`` repository unload + load + one request; the tree's RSS after each."""
     time.sleep(args.settle)
-    rss = [tree_sum(server, lambda p: p.memory_info().rss) / MIB]
+    rss = [server.rss() / MIB]
     started = time.perf_counter()
     for _ in range(args.cycles):
         post(server.url + REPOSITORY + "/unload")
         post(server.url + REPOSITORY + "/load")
         infer(server.url, args.input_name)
         time.sleep(args.settle)
-        rss.append(tree_sum(server, lambda p: p.memory_info().rss) / MIB)
+        rss.append(server.rss() / MIB)
     cycle_s = (time.perf_counter() - started) / args.cycles - args.settle
-    return {"mib_per_cycle": _harness.slope(rss), "rss_mib": rss[-1], "cycle_s": cycle_s}
+    found = {"mib_per_cycle": _harness.slope(rss), "rss_mib": rss[-1], "cycle_s": cycle_s}
+    return found | {"rss_before_mib": rss[0], "rss_series_mib": rss}
 
 
 def collect(args: argparse.Namespace) -> _harness.Runs:
@@ -340,6 +275,7 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
             args.skipped.append(f"{name} skipped: {why}")
         elif python is not None:
             pythons[name] = python
+            args.skipped.append(f"{name}'s virtualenv: {why}")
     names = [name for name in args.variants if name in pythons]
     with servers.workspace("lifecycle-peers-bench-") as (work, running):
         logs = work / "logs"
@@ -353,7 +289,10 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
             name: functools.partial(post, server.url + REPOSITORY + "/load")
             for name, server in running.items()
         }
-        swaps["lifecycle"] = lifecycle_swap(running["lifecycle"], work)
+        if "lifecycle" in running:
+            served = functools.partial(serve.served_versions, running["lifecycle"].url)
+            load_new = swaps["lifecycle"]
+            swaps["lifecycle"] = load.version_swap(work / "base", work / "model", served, load_new)
         runs: _harness.Runs = []
         for index in range(args.rounds):
             runs.append({name: {"cases": {}} for name in names})
@@ -374,15 +313,27 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
     return runs
 
 
-def errors(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
-    found = {}
-    for run in runs:
-        for name, result in run.items():
-            for case, values in (result or {}).get("cases", {}).items():
-                if values.get("errors"):
-                    found.setdefault(name, []).extend(f"{case}: {e}" for e in values["errors"])
-    lines = [f"errors of {name}: {messages[:3]}" for name, messages in found.items()]
-    return [*getattr(args, "skipped", []), *lines]
+def notes(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
+    """The peers skipped or their versions, each server's RSS slope over every round, errors."""
+    lines = list(getattr(args, "skipped", []))
+    for name in args.variants:
+        results = [run[name]["cases"] for run in runs if run.get(name)]
+        joined = [
+            mib for cases in results for mib in cases.get("memory", {}).get("rss_series_mib", [])
+        ]
+        if len(joined) > 1:
+            lines.append(
+                f"{name}: RSS over all rounds' cycles: {_harness.slope(joined):+.2f} MiB per cycle"
+            )
+        errors = [
+            f"{case}: {e}"
+            for cases in results
+            for case, v in cases.items()
+            for e in v.get("errors") or []
+        ]
+        if errors:
+            lines.append(f"errors of {name}: {errors[:3]}")
+    return lines
 
 
 BENCHMARK = _harness.Benchmark(
@@ -403,7 +354,9 @@ BENCHMARK = _harness.Benchmark(
         Metric("swaps", "", ".0f", "swaps", ratio=False),
         Metric("swap_s", "s", ".2f", "swap s"),
         Metric("p99_over_steady", "x", ".2f", "p99 / steady p99", ratio=False),
-        Metric("mib_per_cycle", "MiB", "+.2f", "MiB/cycle", ratio=False),
+        Metric("swaps_after_window", "", ".0f", "swaps after window", ratio=False),
+        Metric("mib_per_cycle", "MiB", "+.2f", "MiB/cycle", False, "rss_series_mib"),
+        Metric("rss_before_mib", "MiB", ",.0f", "RSS before MiB", ratio=False),
         Metric("rss_mib", "MiB", ",.0f", "RSS MiB"),
         Metric("cycle_s", "s", ".2f", "unload+load s"),
     ],
@@ -430,7 +383,7 @@ BENCHMARK = _harness.Benchmark(
     quick={"seconds": 1.0, "warmup": 0.5, "clients": "1,2", "units": 32, "cycles": 2},
     baseline="lifecycle",
     timeout=300.0,
-    notes=errors,
+    notes=notes,
 )
 
 if __name__ == "__main__":

@@ -16,12 +16,14 @@ Every request is the TF Serving REST call ``POST /v1/models/mlp:predict`` of
 one row. The load is Locust, as a library, in a child process per phase:
 ``--clients`` ``FastHttpUser``s without wait, ``--warmup`` s, then ``--seconds``
 measured; each request is timed from Locust's ``request`` event, a request
-fails if it raises or is not answered 200 (warm-ups too). The servers stay up;
-each round runs a phase per server, the order rotating. Per phase: requests/s,
+fails if it raises or is not answered 200 (warm-ups too); see ``_harness.load``.
+Only the servers ``--variants`` picks start; they stay up, and each round runs a
+phase per server, the order rotating. Per phase: requests/s,
 p50/p99/p99.9, the server's CPU per request and the load generator's CPU
 (psutil). A swap is a version written until it alone is served, ``AVAILABLE``;
-then the RSS of (c) 0.5 s later. If the rounds end with fewer than
-``--min-swaps`` swaps under load, further (c) phases run (left out of the table).
+then the RSS of (c) 0.5 s later (every swap's in the JSON, the ``series`` of
+``rss_after_swap_1_mib``). If the rounds end with fewer than ``--min-swaps`` swaps
+under load, further (c) phases run (their failed requests and p99 in case ``swaps``).
 b is compared with a, c and d with b. Targets: b >= 0.95x a's requests/s and
 <= 1.1x its p99; c's p99 <= 1.5x b's; no failed request over >= 50 swaps; RSS
 after swap 50 within 10 % of after swap 1.
@@ -39,29 +41,20 @@ import json
 import os
 import shutil
 import sys
-import threading
-import time
 import urllib.request
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import _harness
-from _harness import MIB, Metric, Option, servers
+from _harness import MIB, Metric, Option, load, servers
 from _harness.servers import Server
 from hot_swap import INPUT_DIM, build_mlp
 
 MODEL_NAME = "mlp"
 PREDICT_PATH = f"/v1/models/{MODEL_NAME}:predict"
 PURE_PYTHON_HTTP = ("httptools", "uvloop")  # what d's path hides
-MEASURING, MEASURED = "MEASURING", "MEASURED"  # a load child's lines, with a server index
-STATUS_POLL = 0.1
-SWAP_TIMEOUT = 120.0
-RSS_SETTLE = 0.5
 MAX_EXTRA_PHASES = 20
-STOP_TIMEOUT = 10.0  # a load child's clients finishing their request in flight
-ERRORS_KEPT = 5
 SWAPS_TARGET = 50
 # The uvicorn settings of `lifecycle serve` (lifecycle/server/_app.py, uvicorn_config()).
 UVICORN_SETTINGS: dict[str, Any] = {
@@ -107,108 +100,18 @@ def run_handwritten(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def latency_ms(times: Sequence[float]) -> dict[str, float | None]:
-    p50, p99, p999 = _harness.percentiles(times, 50, 99, 99.9)
-    return {"p50_ms": p50, "p99_ms": p99, "p999_ms": p999}
-
-
-def run_load(args: argparse.Namespace) -> dict[str, Any]:
-    """``--clients`` Locust users against the servers of ``--url`` (comma-separated).
-
-    Several servers take turns: all users send to one at a time, each gets
-    ``--slices`` turns of its share of ``--warmup`` and ``--seconds``, the order
-    reversed every other turn. ``MEASURING i`` / ``MEASURED i`` lines tell the
-    parent when server i's measured slice opens and closes. A request counts for
-    the server it went to: measured if answered within its slices, failed if it
-    fails at any time or is unanswered at the end.
-    """
-    import gevent
-    from locust import FastHttpUser, constant, task
-    from locust.env import Environment
-
-    urls = args.url.split(",")
-    body, headers = (
-        args.body.encode() if args.body else request_body(),
-        {"Content-Type": "application/json"},
-    )
-    path = args.path or PREDICT_PATH
-    target, measuring = [0], [None]
-    times: list[list[float]] = [[] for _ in urls]
-    errors: list[list[str]] = [[] for _ in urls]
-    sent, answered, failed = [0] * len(urls), [0] * len(urls), [0] * len(urls)
-    seconds, cpu = [0.0] * len(urls), [0.0] * len(urls)
-
-    class Client(FastHttpUser):
-        host = urls[0]
-        wait_time = constant(0)
-
-        @task
-        def predict(self) -> None:
-            index = target[0]
-            sent[index] += 1
-            self.client.post(urls[index] + path, data=body, headers=headers, name=str(index))
-
-    def on_request(name: str, response_time: float, response: Any, exception: Any, **_: Any):
-        index = int(name)
-        answered[index] += 1
-        status = getattr(response, "status_code", None)
-        if exception is not None or status != 200:
-            failed[index] += 1
-            if len(errors[index]) < ERRORS_KEPT:
-                errors[index].append(f"status {status}: {exception!r}"[:300])
-        elif measuring[0] == index:
-            times[index].append(response_time)
-
-    environment = Environment(user_classes=[Client], stop_timeout=STOP_TIMEOUT)
-    environment.events.request.add_listener(on_request)
-    runner = environment.create_local_runner()
-    runner.start(args.clients, spawn_rate=max(args.clients, 100))
-    order = list(range(len(urls)))
-    for turn in range(args.slices):
-        for index in order if turn % 2 == 0 else order[::-1]:
-            target[0] = index
-            gevent.sleep(args.warmup / args.slices)
-            print(f"{MEASURING} {index}", flush=True)
-            started, cpu_started = time.perf_counter(), time.process_time()
-            measuring[0] = index
-            gevent.sleep(args.seconds / args.slices)
-            measuring[0] = None
-            seconds[index] += time.perf_counter() - started
-            cpu[index] += time.process_time() - cpu_started
-            print(f"{MEASURED} {index}", flush=True)
-    runner.stop()  # each client finishes its request in flight (stop_timeout)
-    runner.quit()
-    results = []
-    for index in order:
-        if sent[index] > answered[index]:
-            failed[index] += sent[index] - answered[index]
-            errors[index].append(f"{sent[index] - answered[index]} request(s) unanswered")
-        results.append(
-            {
-                "requests": len(times[index]),
-                "requests_per_second": len(times[index]) / seconds[index],
-                **latency_ms(times[index]),
-                "failed": failed[index],
-                "errors": errors[index],
-                "load_cpu_percent": 100 * cpu[index] / seconds[index],
-                "load_cpu_warning": bool(runner.cpu_warning_emitted),
-            }
-        )
-    return {"servers": results}
-
-
 def measure(role: str, args: argparse.Namespace) -> dict[str, Any]:
-    """A child's role: ``export`` the model to ``--model``, the ``handwritten`` server, ``load``."""
+    """A child's role: ``export`` the model to ``--model``, or the ``handwritten`` server."""
     if role == "export":
         import tensorflow as tf
 
         build_mlp(args.units).export(args.model, verbose=False)
         signature = tf.saved_model.load(args.model).signatures["serving_default"]
         return {"input_name": next(iter(signature.structured_input_signature[1]))}
-    return run_handwritten(args) if role == "handwritten" else run_load(args)
+    return run_handwritten(args)
 
 
-# ------------------------------------------------------------- servers, for the parent
+# ------------------------------------------------- the served model, for the parents
 
 
 def lifecycle_serve(port: int, base: Path, *flags: str) -> list[str]:
@@ -227,6 +130,12 @@ def post_predict(url: str) -> None:
         json.loads(response.read())
 
 
+def served_versions(url: str) -> dict[int, str]:
+    with urllib.request.urlopen(f"{url}/v1/models/{MODEL_NAME}", timeout=10.0) as response:
+        body = json.loads(response.read())
+    return {int(s["version"]): s["state"] for s in body["model_version_status"]}
+
+
 def export_model(units: int, path: Path, timeout: float) -> dict[str, Any]:
     """Write the served MLP as a SavedModel at ``path``, in a child; its input's name."""
     options = ["--units", str(units), "--model", str(path)]
@@ -236,110 +145,7 @@ def export_model(units: int, path: Path, timeout: float) -> dict[str, Any]:
     return done.result or {}
 
 
-def run_load_child(
-    options: list[str], log: Path, timeout: float, on_line: Callable[[str], None]
-) -> dict[str, Any]:
-    """Run this script's ``load`` role with ``options``, handing each line to ``on_line``."""
-    command = [sys.executable, __file__, "--variant", "load", *options]
-    return servers.stream_child(command, log, timeout, on_line)
-
-
 # ----------------------------------------------------------------- the run
-
-
-@dataclass
-class VersionWriter:
-    """Writes a new version of (c) every ``every`` s while a measured window is open.
-
-    A swap: the version directory copied aside and renamed into place, until it
-    alone is listed ``AVAILABLE``; the old directory deleted, the RSS read
-    ``RSS_SETTLE`` s later. It counts as under load if it completed in a window.
-    """
-
-    server: Server
-    template: Path
-    base: Path
-    every: float
-    version: int = 1
-    swaps: list[tuple[float, bool, int]] = field(default_factory=list)  # seconds, loaded, RSS
-    error: BaseException | None = None
-    window: bool = False
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._stop.clear()
-        self.window = True
-        self._thread = threading.Thread(target=self._run, name="version-writer", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.window = False
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self.error is not None:
-            raise RuntimeError(f"version writer failed: {self.error!r}") from self.error
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(0 if not self.swaps else self.every):
-                self._swap()
-        except BaseException as error:
-            self.error = error
-
-    def _swap(self) -> None:
-        new = self.version + 1
-        shutil.copytree(self.template, self.base / f".tmp-{new}")
-        os.rename(self.base / f".tmp-{new}", self.base / str(new))
-        written = time.perf_counter()
-        while served_versions(self.server.url) != {new: "AVAILABLE"}:
-            self.server.check_alive()
-            if time.perf_counter() - written > SWAP_TIMEOUT:
-                raise RuntimeError(f"version {new} not served alone {SWAP_TIMEOUT:g} s on")
-            time.sleep(STATUS_POLL)
-        seconds, loaded = time.perf_counter() - written, self.window
-        shutil.rmtree(self.base / str(self.version))
-        self.version = new
-        time.sleep(RSS_SETTLE)
-        self.swaps.append((seconds, loaded, self.server.rss()))
-
-
-def served_versions(url: str) -> dict[int, str]:
-    with urllib.request.urlopen(f"{url}/v1/models/{MODEL_NAME}", timeout=10.0) as response:
-        body = json.loads(response.read())
-    return {int(s["version"]): s["state"] for s in body["model_version_status"]}
-
-
-def run_phase(
-    server: Server, args: argparse.Namespace, logs: Path, writer: VersionWriter | None
-) -> dict[str, Any]:
-    """One load phase against ``server``; its result, with the server's CPU per request."""
-    server.check_alive()
-    cpu: list[float] = []
-
-    def on_line(line: str) -> None:
-        marker = line.partition(" ")[0]
-        if marker in (MEASURING, MEASURED):
-            cpu.append(server.cpu_seconds())
-        if writer is not None and marker == MEASURING:
-            writer.start()
-        elif writer is not None and marker == MEASURED:
-            writer.window = False
-
-    options = ["--url", server.url, "--clients", str(args.clients), "--seconds", str(args.seconds)]
-    options += ["--warmup", str(args.warmup)]
-    try:
-        [result] = run_load_child(options, logs / f"load-{server.name}.log", args.timeout, on_line)[
-            "servers"
-        ]
-    finally:
-        if writer is not None:
-            writer.stop()
-    server.check_alive()
-    if len(cpu) == 2 and result["requests"]:
-        result["server_cpu_ms"] = 1000 * (cpu[1] - cpu[0]) / result["requests"]
-    return result
 
 
 def pure_python_http(parent: Path) -> Path:
@@ -351,30 +157,35 @@ def pure_python_http(parent: Path) -> Path:
     return directory
 
 
-def start_servers(
-    args: argparse.Namespace, work: Path, logs: Path, running: dict[str, Server]
-) -> None:
-    """Export the model and start the four servers into ``servers``, as each starts."""
-    template = work / "model"
+def start_servers(args: argparse.Namespace, work: Path, running: dict[str, Server]) -> None:
+    """Export the model and start the servers ``--variants`` picks into ``running``."""
+    template, logs = work / "model", work / "logs"
     export_model(args.units, template, args.timeout)
-    ports = dict(zip("abcd", _harness.free_ports(4), strict=True))
-    for name in "bcd":
-        shutil.copytree(template, work / f"base-{name}" / "1")
-    handwritten = [sys.executable, __file__, "--variant", "handwritten", "--model", str(template)]
+    ports = dict(zip(args.variants, _harness.free_ports(len(args.variants)), strict=True))
     env = _harness.child_environment()
     env["PYTHONPATH"] = os.pathsep.join([str(pure_python_http(logs)), env["PYTHONPATH"]])
     poll = ["--file_system_poll_wait_seconds", str(args.poll_wait)]
-    commands = {
-        "a": [*handwritten, "--port", str(ports["a"])],
-        "b": lifecycle_serve(ports["b"], work / "base-b"),
-        "c": lifecycle_serve(ports["c"], work / "base-c", *poll),
-        "d": lifecycle_serve(ports["d"], work / "base-d"),
-    }
-    for name, command in commands.items():
+    for name, port in ports.items():
+        if name == "a":
+            command = [sys.executable, __file__, "--variant", "handwritten"]
+            command += ["--model", str(template), "--port", str(port)]
+        else:
+            shutil.copytree(template, work / f"base-{name}" / "1")
+            command = lifecycle_serve(port, work / f"base-{name}", *(poll if name == "c" else ()))
         extra = env if name == "d" else None
-        running[name] = servers.start_server(name, ports[name], command, logs, extra)
+        running[name] = servers.start_server(name, port, command, logs, extra)
     for server in running.values():
         servers.wait_ready(server, args.timeout, post_predict)
+
+
+def phase(
+    server: Server, args: argparse.Namespace, logs: Path, swapper: load.Swapper | None = None
+) -> dict[str, Any]:
+    spec = {"path": PREDICT_PATH, "body": request_body().decode(), "clients": args.clients}
+    spec |= {"warmup": args.warmup, "seconds": args.seconds}
+    log = logs / f"load-{server.name}.log"
+    [result] = load.run_load([server], spec, log, args.timeout, swapper=swapper)
+    return result
 
 
 def c_http_modules(server: Server) -> list[str]:
@@ -388,37 +199,41 @@ def c_http_modules(server: Server) -> list[str]:
 def collect(args: argparse.Namespace) -> _harness.Runs:
     """Start the servers, run the rounds (and extra (c) phases), stop every server."""
     with servers.workspace("lifecycle-serve-bench-") as (work, running):
-        start_servers(args, work, work / "logs", running)
-        writer = VersionWriter(running["c"], work / "model", work / "base-c", args.swap_every)
+        start_servers(args, work, running)
+        swapper = None
+        if "c" in running:
+            served = lambda: served_versions(running["c"].url)  # noqa: E731
+            swap = load.version_swap(work / "base-c", work / "model", served, lambda: None)
+            swapper = load.Swapper(swap, args.swap_every, running["c"])
         runs: _harness.Runs = []
         for index in range(args.rounds):
             runs.append({})
             for name in _harness.rotation(args.variants, index):
                 print(f"round {index + 1}: {name} ...", file=sys.stderr, flush=True)
-                swapping = writer if name == "c" else None
-                phase = run_phase(running[name], args, work / "logs", swapping)
-                runs[-1][name] = {"cases": {"serving": phase}}
+                found = phase(running[name], args, work / "logs", swapper if name == "c" else None)
+                runs[-1][name] = {"cases": {"serving": found}}
         extra = []
-        while "c" in args.variants and len(extra) < MAX_EXTRA_PHASES:
-            if sum(loaded for _, loaded, _ in writer.swaps) >= args.min_swaps:
-                break
-            extra.append(run_phase(running["c"], args, work / "logs", writer))
+        while swapper and swapper.under_load() < args.min_swaps and len(extra) < MAX_EXTRA_PHASES:
+            extra.append(phase(running["c"], args, work / "logs", swapper))
         for name, result in runs[-1].items():
             result["cases"]["serving"]["server_rss_mib"] = running[name].rss() / MIB
             result["c_http_modules"] = c_http_modules(running[name])
-        if "c" in args.variants:
-            runs[-1]["c"]["cases"]["swaps"] = swap_summary(writer, extra)
+        if swapper is not None:
+            runs[-1]["c"]["cases"]["swaps"] = swap_summary(swapper, extra)
     return runs
 
 
-def swap_summary(writer: VersionWriter, extra: list[dict[str, Any]]) -> dict[str, Any]:
-    """The swaps of the whole run; the failed requests of the extra (c) phases."""
-    found = {"swaps_under_load": sum(loaded for _, loaded, _ in writer.swaps)}
+def swap_summary(swapper: load.Swapper, extra: list[dict[str, Any]]) -> dict[str, Any]:
+    """The swaps of the whole run; the failed requests and p99 of the extra (c) phases."""
+    found: dict[str, Any] = {"swaps_under_load": swapper.under_load()}
+    found["swaps_after_window"] = len(swapper.swaps) - swapper.under_load()
     found["failed_in_extra_phases"] = sum(phase["failed"] for phase in extra)
-    if writer.swaps:
-        found["swap_s"] = _harness.percentiles([s for s, _, _ in writer.swaps], 50)[0]
-        after = [rss for *_, rss in writer.swaps]
-        found["rss_after_swap_1_mib"] = after[0] / MIB
+    found["extra_phases"] = len(extra)
+    found["extra_p99_ms"] = _harness.percentiles([p["p99_ms"] for p in extra if p["p99_ms"]], 50)[0]
+    if swapper.swaps:
+        found["swap_s"] = _harness.percentiles([s for s, _, _ in swapper.swaps], 50)[0]
+        after = found["rss_after_swap_mib"] = [rss / MIB for *_, rss in swapper.swaps]
+        found["rss_after_swap_1_mib"] = after[0]
         if len(after) >= SWAPS_TARGET:
             found["rss_swap_50_over_1"] = after[SWAPS_TARGET - 1] / after[0]
     return found
@@ -486,8 +301,14 @@ BENCHMARK = _harness.Benchmark(
         Metric("server_rss_mib", "MiB", ".0f", "server RSS MiB", ratio=False),
         Metric("swaps_under_load", "", ".0f", "swaps under load", ratio=False),
         Metric("swap_s", "s", ".2f", "write -> served s", ratio=False),
-        Metric("rss_after_swap_1_mib", "MiB", ".0f", "RSS after swap 1", ratio=False),
+        Metric(
+            "rss_after_swap_1_mib", "MiB", ".0f", "RSS after swap 1", False, "rss_after_swap_mib"
+        ),
         Metric("rss_swap_50_over_1", "x", ".3f", "RSS swap 50 / 1", ratio=False),
+        Metric("swaps_after_window", "", ".0f", "swaps after window", ratio=False),
+        Metric("extra_phases", "", ".0f", "extra c phases", ratio=False),
+        Metric("extra_p99_ms", "ms", ".2f", "extra phases p99 ms", ratio=False),
+        Metric("load_average", "", ".2f", "load average", ratio=False),
     ],
     measure=measure,
     collect=collect,
@@ -499,10 +320,8 @@ BENCHMARK = _harness.Benchmark(
         Option("--swap-every", 2.0, "seconds between new versions in c", _harness.positive_float),
         Option("--poll-wait", 1.0, "c's --file_system_poll_wait_seconds", _harness.positive_float),
         Option("--min-swaps", SWAPS_TARGET, "swaps under load at least (extra c phases)"),
-        *(Option(flag, None, argparse.SUPPRESS, str) for flag in ("--model", "--url", "--body")),
-        Option("--path", None, argparse.SUPPRESS, str),
+        Option("--model", None, argparse.SUPPRESS, str),
         Option("--port", 0, argparse.SUPPRESS),
-        Option("--slices", 1, argparse.SUPPRESS),
     ],
     quick={"seconds": 2.0, "warmup": 1.0, "units": 32, "swap_every": 1.0, "min_swaps": 0},
     baseline=lambda name: {"a": "a", "b": "a", "c": "b", "d": "b"}[name],

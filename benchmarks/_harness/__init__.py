@@ -85,6 +85,9 @@ class Metric:
     spec: str = ".1f"
     label: str = ""  # the table's column; the key by default
     ratio: bool = True  # compared with the baseline variant, round by round
+    # The key of a list in the child's case the number comes from (RSS per cycle, per
+    # fold): kept in the JSON as the row's "series", one list per round, not printed.
+    series: str = ""
 
 
 @dataclass(frozen=True)

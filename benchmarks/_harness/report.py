@@ -83,12 +83,16 @@ def number(value: Any) -> float | None:
 def summarise(bench: Benchmark, runs: Runs) -> list[dict[str, Any]]:
     """The ``cases`` of a result file: per case, variant and metric, over the rounds."""
     values: dict[tuple[str, str, str], list[float | None]] = {}
+    series: dict[tuple[str, str, str], list[Any]] = {}
     for number_, run in enumerate(runs):
         for variant, result in run.items():
             for case, found in cases_of(result or {}, bench.name).items():
                 for metric in bench.metrics:
                     column = values.setdefault((case, variant, metric.key), [None] * len(runs))
                     column[number_] = number(found.get(metric.key))
+                    if metric.series and found.get(metric.series) is not None:
+                        series.setdefault((case, variant, metric.key), [])
+                        series[case, variant, metric.key].append(found[metric.series])
     rows = []
     for (case, variant, key), column in values.items():
         metric = next(m for m in bench.metrics if m.key == key)
@@ -119,6 +123,8 @@ def summarise(bench: Benchmark, runs: Runs) -> list[dict[str, Any]]:
                 "metric_label": metric.label or key,
             }
         )
+        if (case, variant, key) in series:
+            rows[-1]["series"] = series[case, variant, key]
     return rows
 
 

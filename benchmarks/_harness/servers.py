@@ -46,14 +46,22 @@ class Server:
             raise RuntimeError(f"server {self.name} exited with code {code}\n{tail(self.log)}")
 
     def cpu_seconds(self) -> float:
-        import psutil
-
-        return sum(psutil.Process(self.process.pid).cpu_times()[:2])
+        """User and system CPU seconds of the process and its descendants."""
+        return self._tree_sum(lambda p: sum(p.cpu_times()[:2]))
 
     def rss(self) -> int:
+        """Resident bytes of the process and its descendants (MLServer's workers)."""
+        return int(self._tree_sum(lambda p: p.memory_info().rss))
+
+    def _tree_sum(self, read: Callable[[Any], float]) -> float:
         import psutil
 
-        return psutil.Process(self.process.pid).memory_info().rss
+        process = psutil.Process(self.process.pid)
+        total = 0.0
+        for member in [process, *process.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += read(member)
+        return total
 
 
 def tail(path: Path) -> str:
@@ -141,7 +149,11 @@ def stop_processes(processes: Sequence[subprocess.Popen[Any]]) -> None:
 
 
 def stream_child(
-    command: list[str], log: Path, timeout: float, on_line: Callable[[str], None]
+    command: list[str],
+    log: Path,
+    timeout: float,
+    on_line: Callable[[str], None],
+    cwd: Path | None = None,
 ) -> dict[str, Any]:
     """Run a child, handing each line it prints to ``on_line``; its ``RESULT`` line.
 
@@ -158,6 +170,7 @@ def stream_child(
             stderr=errors,
             env=child_environment(),
             text=True,
+            cwd=cwd,
         )
     timer = threading.Timer(timeout, process.kill)
     timer.start()
