@@ -2,31 +2,37 @@
 
 Every script in ``benchmarks/`` has ``benchmarks/results/<script>.json``: recorded
 figures (``"source": "recorded"``) or a run of the script (``"run"``), in the schema
-the harness writes. The page stays short and links every file.
+the harness writes, with the variant and metric keys the script declares, so that a
+rerun's file compares case by case with the recorded one. A recorded figure that no
+script measures any more stays only under ``history``, with a note. The page stays
+short and links every file.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+BENCHMARKS = ROOT / "benchmarks"
+RESULTS = BENCHMARKS / "results"
 PAGE = ROOT / "docs" / "benchmarks.md"
 # A page a user reads in two minutes.
 MAX_PAGE_LINES = 400
 
-SCRIPTS = sorted(
-    path.stem for path in (ROOT / "benchmarks").glob("*.py") if not path.name.startswith("_")
-)
+SCRIPTS = sorted(path.stem for path in BENCHMARKS.glob("*.py") if not path.name.startswith("_"))
 FILES = sorted(RESULTS.glob("*.json"))
 TOP_KEYS = {"benchmark", "title", "date", "machine", "command", "source", "cases"}
 CASE_KEYS = {"case", "variant", "metric", "unit", "median", "min", "max", "rounds"}
-CASE_KEYS |= {"baseline", "ratio"}
+CASE_KEYS |= {"baseline", "ratio", "variant_label", "metric_label"}
+HISTORY_KEYS = {"case", "variant", "metric", "unit", "median", "note"}
 
 
 def _is_number(value: Any) -> bool:
@@ -37,15 +43,50 @@ def _number_or_none(value: Any) -> bool:
     return value is None or _is_number(value)
 
 
+@functools.cache
+def _declaration(script: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A script's variants and its metrics' units, read from its ``BENCHMARK``.
+
+    Importing a script runs no benchmark: they import TensorFlow when they measure.
+    """
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))  # the scripts import _harness and each other
+    bench = importlib.import_module(script).BENCHMARK
+    return dict(bench.variants), {metric.key: metric.unit for metric in bench.metrics}
+
+
+def _declared_problems(case: dict[str, Any], script: str) -> list[str]:
+    if CASE_KEYS - case.keys():
+        return []  # the schema's test names what is missing
+    variants, units = _declaration(script)
+    problems = []
+    if case["variant"] not in variants:
+        problems.append(
+            f"variant {case['variant']!r} is not one of {script}.py's {sorted(variants)}"
+        )
+    if case["metric"] not in units:
+        problems.append(f"metric {case['metric']!r} is not one of {script}.py's {sorted(units)}")
+    elif case["unit"] != units[case["metric"]]:
+        problems.append(f"unit {case['unit']!r}, but {script}.py says {units[case['metric']]!r}")
+    if case["baseline"] is not None and case["baseline"] not in variants:
+        problems.append(f"baseline {case['baseline']!r} is not a variant of {script}.py")
+    return problems
+
+
 def _case_problems(case: dict[str, Any], runs: dict[str, Any]) -> list[str]:
     problems = [f"missing {key!r}" for key in sorted(CASE_KEYS - case.keys())]
     if problems:
         return problems
-    for key in ("case", "variant", "metric", "unit"):
+    for key in ("case", "variant", "metric", "unit", "variant_label", "metric_label"):
         if not isinstance(case[key], str):
             problems.append(f"{key} is not a string: {case[key]!r}")
-    if not _is_number(case["median"]):
-        problems.append(f"median is not a number: {case['median']!r}")
+    # A recorded figure may be a ratio alone (within each round), its median unknown.
+    if case["median"] is None and case["ratio"] is None:
+        problems.append("neither a median nor a ratio")
+    elif not _number_or_none(case["median"]):
+        problems.append(f"median is neither a number nor null: {case['median']!r}")
+    if case["median"] is None and case["min"] is not None:
+        problems.append("a range without a median")
     for key in ("min", "max", "ratio", "ratio_min", "ratio_max"):
         if not _number_or_none(case.get(key)):
             problems.append(f"{key} is neither a number nor null: {case[key]!r}")
@@ -57,7 +98,11 @@ def _case_problems(case: dict[str, Any], runs: dict[str, Any]) -> list[str]:
         problems.append("a ratio without a baseline")
     if (case["min"] is None) != (case["max"] is None):
         problems.append("min and max: one is null, the other not")
-    elif case["min"] is not None and not case["min"] <= case["median"] <= case["max"]:
+    elif (
+        case["min"] is not None
+        and _is_number(case["median"])
+        and not case["min"] <= case["median"] <= case["max"]
+    ):
         problems.append(f"median {case['median']} outside {case['min']}..{case['max']}")
     if "run" in case and case["run"] not in runs:
         problems.append(f"run {case['run']!r} is not described under 'runs'")
@@ -95,6 +140,56 @@ def test_a_results_file_has_the_schema(path):
         for problem in _case_problems(case, runs)
     ]
     assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
+    history = document.get("history", [])
+    assert isinstance(history, list), f"{path.name}: history is not a list"
+    problems = [
+        f"history {index} ({entry.get('variant')}, {entry.get('metric')}): {problem}"
+        for index, entry in enumerate(history)
+        for problem in _history_problems(entry, runs)
+    ]
+    assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
+
+
+def _history_problems(entry: dict[str, Any], runs: dict[str, Any]) -> list[str]:
+    problems = [f"missing {key!r}" for key in sorted(HISTORY_KEYS - entry.keys())]
+    if not problems and not (isinstance(entry["note"], str) and entry["note"].strip()):
+        problems.append("no note saying where the figure came from")
+    if not problems and not _is_number(entry["median"]):
+        problems.append(f"median is not a number: {entry['median']!r}")
+    if "run" in entry and entry["run"] not in runs:
+        problems.append(f"run {entry['run']!r} is not described under 'runs'")
+    return problems
+
+
+@pytest.mark.parametrize("path", FILES, ids=[path.stem for path in FILES])
+def test_a_results_file_uses_the_keys_its_script_declares(path):
+    document = json.loads(path.read_text(encoding="utf-8"))
+    if path.stem not in SCRIPTS:
+        pytest.fail(f"{path.name}: no benchmarks/{path.stem}.py")
+    problems = [
+        f"case {index} ({case.get('variant')}, {case.get('metric')}): {problem}"
+        for index, case in enumerate(document["cases"])
+        for problem in _declared_problems(case, path.stem)
+    ]
+    assert not problems, f"{path.name}:\n  " + "\n  ".join(problems)
+    # What a script still measures belongs in cases, not in history.
+    variants, units = _declaration(path.stem)
+    current = [
+        f"history {index}: {entry['variant']!r}, {entry['metric']!r}"
+        for index, entry in enumerate(document.get("history", []))
+        if entry["variant"] in variants and entry["metric"] in units
+    ]
+    assert not current, f"{path.name}: declared by {path.stem}.py, so not history:\n  " + (
+        "\n  ".join(current)
+    )
+
+
+@pytest.mark.parametrize("path", FILES, ids=[path.stem for path in FILES])
+def test_a_results_file_has_one_case_per_key(path):
+    cases = json.loads(path.read_text(encoding="utf-8"))["cases"]
+    keys = [(c["case"], c["variant"], c["metric"], c["baseline"], c.get("run")) for c in cases]
+    twice = sorted({key for key in keys if keys.count(key) > 1}, key=str)
+    assert not twice, f"{path.name}: cases given twice: {twice}"
 
 
 def test_the_page_stays_short_and_links_every_results_file():
