@@ -225,25 +225,19 @@ def targets(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
     for part in args.parts:
         for clients, throughput, p50 in TARGETS:
             case = f"{part}, {clients} clients"
-
-            def ratio(key: str, mode: str = "on", case: str = case) -> _harness.Spread | None:
-                found = [(r[mode]["cases"].get(case), r["off"]["cases"].get(case)) for r in runs]
-                return _harness.spread_of(a[key] / b[key] for a, b in found if a and b and b[key])
-
-            checks = [("requests/s", ratio("requests_per_second"), throughput, ">=")]
-            checks += [("p50", ratio("p50_us"), p50, "<=")] if p50 else []
-            for label, found, bound, op in checks:
-                if found is None:
-                    continue
-                met = found.median >= bound if op == ">=" else found.median <= bound
-                verdict = "met" if met else "MISSED"
-                lines.append(
-                    f"target: {case}, {label} on/off {op} {bound:g}x: {verdict} "
-                    f"(median {found.median:.3f}x)"
-                )
-                ceiling = ratio("requests_per_second", "ceiling")
-                if op == ">=" and ceiling is not None and ceiling.median < bound:
-                    lines.append(f"  out of reach: the ceiling served {ceiling.median:.2f}x off's")
+            found = _harness.ratio_over_rounds(runs, "requests_per_second", "on", "off", case)
+            if found is None:
+                continue
+            label = f"{case}, requests/s on/off >= {throughput:g}x"
+            lines.append(_harness.judge(label, found, throughput, at_least=True))
+            ceiling = _harness.ratio_over_rounds(
+                runs, "requests_per_second", "ceiling", "off", case
+            )
+            if ceiling is not None and ceiling.median < throughput:
+                lines.append(f"  out of reach: the ceiling served {ceiling.median:.2f}x off's")
+            if p50:
+                found = _harness.ratio_over_rounds(runs, "p50_us", "on", "off", case)
+                lines.append(_harness.judge(f"{case}, p50 on/off <= {p50:g}x", found, p50))
     failed = sum(
         c["failed_requests"] for run in runs for r in run.values() for c in r["cases"].values()
     )

@@ -112,11 +112,9 @@ def target(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
     lines = []
     for variant in BENCHMARK.variants:
         base = BENCHMARK.baseline_of(variant)
-        pairs = [(r[variant], r[base]) for r in runs if r.get(variant) and r.get(base)]
-        found = _harness.spread_of(a["ms"] / b["ms"] for a, b in pairs)
+        found = _harness.ratio_over_rounds(runs, "ms", variant, base)
         if variant != base and found is not None:
-            met = "met" if found.median <= TARGET else "MISSED"
-            lines.append(f"target: {variant} <= {TARGET}x {base}: {met} ({found.median:.2f}x)")
+            lines.append(_harness.judge(f"{variant} <= {TARGET}x {base}", found, TARGET))
     return lines
 
 

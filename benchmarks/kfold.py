@@ -140,12 +140,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
 def target(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
     lines = []
     for key in ("step_ms", "steady_step_ms"):
-        pairs = [(r["library"], r["plain"]) for r in runs if r.get("library") and r.get("plain")]
-        found = _harness.spread_of(lib[key] / plain[key] for lib, plain in pairs if plain[key])
-        met = "not compared" if found is None else f"{found.median:.3f}x"
-        if found is not None:
-            met += ", met" if found.median <= TARGET else ", MISSED"
-        lines.append(f"target: {key} library/plain <= {TARGET:.2f}x: {met}")
+        found = _harness.ratio_over_rounds(runs, key, "library", "plain")
+        lines.append(_harness.judge(f"{key} library/plain <= {TARGET:.2f}x", found, TARGET))
     return lines
 
 

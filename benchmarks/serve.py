@@ -42,7 +42,6 @@ import os
 import shutil
 import sys
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -240,30 +239,19 @@ def swap_summary(swapper: load.Swapper, extra: list[dict[str, Any]]) -> dict[str
 
 
 def targets(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
-    def ratios(key: str, over: str, under: str) -> _harness.Spread | None:
-        pairs = [(r.get(over), r.get(under)) for r in runs]
-        values = [
-            a["cases"]["serving"][key] / b["cases"]["serving"][key]
-            for a, b in pairs
-            if a and b and a["cases"]["serving"].get(key) and b["cases"]["serving"].get(key)
-        ]
-        return _harness.spread_of(values)
+    def ratio(key: str, over: str, under: str) -> _harness.Spread | None:
+        return _harness.ratio_over_rounds(runs, key, over, under, "serving")
 
-    def judged(label: str, found: _harness.Spread | None, ok: Callable[[float], bool]) -> str:
-        if found is None:
-            return f"target: {label}: not measured"
-        return f"target: {label}: {'met' if ok(found.median) else 'MISSED'} ({found.median:.2f}x)"
-
-    failed = sum(
-        r["cases"]["serving"]["failed"] for run in runs for r in run.values() if r is not None
-    )
+    failed = sum(r["cases"]["serving"]["failed"] for run in runs for r in run.values() if r)
     swaps = next((r["c"]["cases"]["swaps"] for r in runs[::-1] if r.get("c")), {})
     failed += swaps.get("failed_in_extra_phases", 0)
     rss = swaps.get("rss_swap_50_over_1")
     lines = [
-        judged("b/a requests/s >= 0.95x", ratios("requests_per_second", "b", "a"), (0.95).__le__),
-        judged("b/a p99 <= 1.1x", ratios("p99_ms", "b", "a"), (1.1).__ge__),
-        judged("c/b p99 <= 1.5x", ratios("p99_ms", "c", "b"), (1.5).__ge__),
+        _harness.judge(
+            "b/a requests/s >= 0.95x", ratio("requests_per_second", "b", "a"), 0.95, True
+        ),
+        _harness.judge("b/a p99 <= 1.1x", ratio("p99_ms", "b", "a"), 1.1),
+        _harness.judge("c/b p99 <= 1.5x", ratio("p99_ms", "c", "b"), 1.5),
         f"target: >= {SWAPS_TARGET} swaps under load, 0 failed: "
         f"{swaps.get('swaps_under_load', 0)} swaps, {failed} failed",
         "target: RSS after swap 50 / after swap 1 within 1 +- 0.10: "

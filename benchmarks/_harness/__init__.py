@@ -42,9 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .report import judge as judge
+from .report import ratio_over_rounds as ratio_over_rounds
 from .report import render_table as render_table
 from .report import report as report
 from .report import result_document as result_document
+from .report import spread_text as spread_text
 from .report import summarise as summarise
 from .stats import Collections as Collections
 from .stats import Spread as Spread

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .stats import fmt, spread_of
+from .stats import Spread, fmt, spread_of
 
 if TYPE_CHECKING:
     from . import Benchmark, Result, Runs
@@ -126,6 +126,37 @@ def summarise(bench: Benchmark, runs: Runs) -> list[dict[str, Any]]:
         if (case, variant, key) in series:
             rows[-1]["series"] = series[case, variant, key]
     return rows
+
+
+def ratio_over_rounds(
+    runs: Runs, key: str, over: str, under: str, case: str | None = None
+) -> Spread | None:
+    """``over``'s ``key`` over ``under``'s within each round that has both, summarised.
+
+    ``case``: the case of results that report several; None for a one-case result.
+    """
+
+    def value(result: Result | None) -> float | None:
+        found = (result or {}).get("cases", {}).get(case, {}) if case else (result or {})
+        return number(found.get(key))
+
+    pairs = [(value(run.get(over)), value(run.get(under))) for run in runs]
+    return spread_of(a / b for a, b in pairs if a is not None and b)
+
+
+def judge(label: str, found: Spread | None, bound: float, at_least: bool = False) -> str:
+    """A target's line: ``label``, met or MISSED by the median of ``found``, the median."""
+    if found is None:
+        return f"target: {label}: not measured"
+    met = found.median >= bound if at_least else found.median <= bound
+    return f"target: {label}: {'met' if met else 'MISSED'} ({found.median:.2f}x)"
+
+
+def spread_text(found: Spread | None, spec: str = ".2f", unit: str = "x") -> str:
+    """``1.01x (0.87-1.10)``, or ``-`` when nothing was measured."""
+    if found is None:
+        return "-"
+    return f"{found.median:{spec}}{unit} ({found.low:{spec}}-{found.high:{spec}})"
 
 
 def result_document(bench: Benchmark, args: argparse.Namespace, runs: Runs) -> dict[str, Any]:
