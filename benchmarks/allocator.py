@@ -150,7 +150,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     cases = {name: measure_model(name, args) for name in args.models}
     # ru_maxrss is in KiB on Linux.
     process["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"cases": {"process": process, **cases}}
+    return {"cases": {"process": process, **cases}, "allocator": allocator}
 
 
 BENCHMARK = _harness.Benchmark(
@@ -185,6 +185,11 @@ BENCHMARK = _harness.Benchmark(
     ],
     quick={"models": "mlp", "steps": 2, "calls": 3, "variants": "pool,lc-system"},
     baseline="pool",
+    notes=lambda runs, args: [
+        f"{variant}: CPU allocator {result['allocator']}"
+        for variant, result in (runs[-1].items() if runs else ())
+        if result
+    ],
 )
 
 if __name__ == "__main__":

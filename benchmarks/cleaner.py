@@ -139,7 +139,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     # Warm-up outside any session: the first model pays for imports and tracing.
     mlp(args.churn_units, 2, compiled=True).fit(x, y, batch_size=CHURN_BATCH, verbose=0)
 
-    session = None
+    session, result = None, {}
     if variant in STRATEGIES:
         units = args.churn_units
         params = (INPUT_DIM + 1) * units + (units + 1) * units + (units + 1) * OUTPUTS
@@ -150,7 +150,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             pressure_threshold=MODELS_PER_COLLECTION * 2 * params * BYTES_PER_PARAM,
             freeze_heap=variant == "bg-frozen",
         )
-    result: dict[str, Any] = {}
+        result["pressure_threshold_mib"] = session.pressure_threshold / MIB
     with session if session is not None else contextlib.nullcontext():
         # The served model belongs to the session (or alone in the default one).
         plain = mlp(256, 1)
@@ -185,7 +185,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         p50, p99, p999 = _harness.percentiles(latencies, 50, 99, 99.9)
         result |= {"requests": len(latencies), "p50_us": p50, "p99_us": p99, "p999_us": p999}
         result |= {"max_ms": max(latencies) / 1000, "gc_every": gc_every}
-        result |= {"churn_models": churn.models - models}
+        result |= {"churn_models": churn.models - models, "churn_models_total": churn.models}
+        result |= {"mean_us": sum(latencies) / len(latencies), "requests_per_model": per_model}
         result |= watch.summary("gc", lambda generation, thread: True)
         full = [thread for *_, generation, thread in watch.events if generation == 2]
         result |= {"full_gcs": len(full), "full_gcs_request": full.count("MainThread")}
@@ -221,6 +222,7 @@ BENCHMARK = _harness.Benchmark(
     },
     metrics=[
         Metric("requests", "", ",.0f", "requests", ratio=False),
+        Metric("mean_us", "µs", ".0f", "mean µs", ratio=False),
         Metric("p50_us", "µs", ".0f", "p50 µs", ratio=False),
         Metric("p99_us", "µs", ".0f", "p99 µs"),
         Metric("p999_us", "µs", ".0f", "p99.9 µs", ratio=False),
@@ -237,6 +239,9 @@ BENCHMARK = _harness.Benchmark(
         Metric("cleaner_tasks", "", ".0f", "cleaner tasks", ratio=False),
         Metric("cleaner_queued", "", ".0f", "queued at end", ratio=False),
         Metric("churn_models", "", ".0f", "models churned", ratio=False),
+        Metric("churn_models_total", "", ".0f", "churned in all", ratio=False),
+        Metric("requests_per_model", "", ",.0f", "requests/churned model", ratio=False),
+        Metric("pressure_threshold_mib", "MiB", ".1f", "pressure threshold MiB", ratio=False),
         Metric("gc_every", "requests", ".0f", "gc.collect() every", ratio=False),
         Metric("rss_mib", "MiB", ".0f", "final RSS MiB", ratio=False),
         Metric("rss_growth_mib", "MiB", "+.0f", "RSS growth MiB", ratio=False),

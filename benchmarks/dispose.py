@@ -79,6 +79,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.models):
         model, x, y = build(name, managed, args)
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+        result["params"] = model.count_params()
         before, started = len(collections.events), time.perf_counter()
         if managed:
             report = model.dispose()
@@ -94,6 +95,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         during.append(sum(1000 * (e - s) for s, e, *_ in collections.events[before:]))
     result |= {"drop_ms": statistics.median(walls), "first_ms": walls[0]}
     result["gc_ms"] = statistics.median(during)
+    result["collections"] = lc.statistics(count_graphs=False).collections  # the cleaner's
     if not managed:
         return result
     result["release_ms"] = statistics.median(releases)
@@ -120,12 +122,14 @@ BENCHMARK = _harness.Benchmark(
         **{f"plain-{name}": f"{name}, del + clear_session() + gc.collect()" for name in MODELS},
     },
     metrics=[
+        Metric("params", "", ",.0f", "params", ratio=False),
         Metric("buffers", "", ".0f", "buffers", ratio=False),
         Metric("released_mib", "MiB", ".0f", "MiB", ratio=False),
         Metric("drop_ms", "ms", ".1f", "dispose()/drop ms"),
         Metric("first_ms", "ms", ".1f", "first ms", ratio=False),
         Metric("release_ms", "ms", ".1f", "release ms", ratio=False),
         Metric("gc_ms", "ms", ".1f", "gc ms", ratio=False),
+        Metric("collections", "", ".0f", "cleaner gcs", ratio=False),
         Metric("settled_ms", "ms", ".1f", "settled ms", ratio=False),
         Metric("cleaner_ms", "ms", ".1f", "cleaner ms", ratio=False),
     ],

@@ -114,12 +114,16 @@ def run_swaps(args: argparse.Namespace) -> dict[str, Any]:
             [1000 * s for end, s in answered if window[0] <= end < window[1]], 99
         )[0]
 
+    def ratio(over: float | None, under: float | None) -> float | None:
+        return over / under if over and under else None
+
     return {
         "first_response_s": _harness.percentiles(firsts, 50)[0],
         "first_responses_s": firsts,
         "within_target": sum(s <= TARGET_SECONDS for s in firsts) / len(firsts),
         "steady_p99_ms": p99(steady),
         "swapping_p99_ms": p99(swapping),
+        "swapping_over_steady": ratio(p99(swapping), p99(steady)),
         "failed": len(failures),
         "errors": failures[:5],
     }
@@ -167,6 +171,7 @@ BENCHMARK = _harness.Benchmark(
         Metric("within_target", "share", ".2f", f"<= {TARGET_SECONDS:g} s", ratio=False),
         Metric("steady_p99_ms", "ms", ".1f", "p99 steady ms", ratio=False),
         Metric("swapping_p99_ms", "ms", ".1f", "p99 swapping ms"),
+        Metric("swapping_over_steady", "x", ".2f", "p99 swapping / steady", ratio=False),
         Metric("failed", "", ".0f", "failed", ratio=False),
     ],
     measure=lambda role, args: run_swaps(args),

@@ -245,6 +245,8 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         result["swaps"] = len(swaps["load"])
         for name in ("load", "promote", "unload"):
             result[f"{name}_ms"] = statistics.median(swaps[name])
+            result[f"{name}_ms_per_swap"] = swaps[name]
+        result["rss_mib_at_load"] = swaps["rss_mib"]
         result["loads_with_retired_listed"] = sum(n > 1 for n in swaps["resident"])
         result["rss_mib_per_swap"] = _harness.slope(swaps["rss_mib"][9:])
     threads.stop()
@@ -255,7 +257,9 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     latencies = [latency for _, latency, _ in records]
     # Full collections, in ns: the requests that overlapped none of them.
     full = [(1e9 * s, 1e9 * e, name) for s, e, generation, name in watch.events if generation == 2]
-    clear = [lat for at, lat, _ in records if not any(s < at + lat and e > at for s, e, _ in full)]
+    in_gc = [any(s < at + lat and e > at for s, e, _ in full) for at, lat, _ in records]
+    clear = [lat for lat, inside in zip(latencies, in_gc, strict=True) if not inside]
+    slow_in_gc = sum(g and lat > SLOW_MS * 1e6 for lat, g in zip(latencies, in_gc, strict=True))
     durations = [(e - s) / 1e6 for s, e, _ in full]
     result |= latency_us(latencies)
     result |= {
@@ -267,6 +271,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "full_gcs_off_request_threads": sum(not n.startswith("request") for *_, n in full),
         "requests_in_gc": len(latencies) - len(clear),
         "slow_requests": sum(lat > SLOW_MS * 1e6 for lat in latencies),
+        "slow_requests_in_gc": slow_in_gc,
         "rss_baseline_mib": baseline,
         "rss_peak_mib": peak,
         "errors": threads.errors,
@@ -277,6 +282,15 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         if swaps is not None
     }
     return {"cases": {"serving": result, **by_phase}}
+
+
+def versus_registry(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
+    """The swapping variants' p99 over the steady registry's, within each round."""
+    return [
+        f"p99 {variant} vs registry: {_harness.spread_text(found)}"
+        for variant in SWAPPING
+        if (found := _harness.ratio_over_rounds(runs, "p99_us", variant, "registry", "serving"))
+    ]
 
 
 BENCHMARK = _harness.Benchmark(
@@ -298,12 +312,12 @@ BENCHMARK = _harness.Benchmark(
         Metric("swaps", "", ".0f", "swaps", ratio=False),
         Metric("peak_over_old_new", "x", ".3f", "peak RSS / (old+new)", ratio=False),
         Metric("drained_over_one", "x", ".3f", "RSS drained / one model", ratio=False),
-        Metric("load_ms", "ms", ".0f", "load ms", ratio=False),
-        Metric("promote_ms", "ms", ".1f", "promote ms", ratio=False),
-        Metric("unload_ms", "ms", ".1f", "unload ms", ratio=False),
+        Metric("load_ms", "ms", ".0f", "load ms", False, "load_ms_per_swap"),
+        Metric("promote_ms", "ms", ".1f", "promote ms", False, "promote_ms_per_swap"),
+        Metric("unload_ms", "ms", ".1f", "unload ms", False, "unload_ms_per_swap"),
         Metric("drain_ms", "ms", ".0f", "drain ms", ratio=False),
         Metric("loads_with_retired_listed", "", ".0f", "loads, retired listed", ratio=False),
-        Metric("rss_mib_per_swap", "MiB", "+.2f", "RSS MiB/swap", ratio=False),
+        Metric("rss_mib_per_swap", "MiB", "+.2f", "RSS MiB/swap", False, "rss_mib_at_load"),
         Metric("p999_us", "µs", ".0f", "p99.9 µs", ratio=False),
         Metric("max_ms", "ms", ".1f", "max ms", ratio=False),
         Metric("p99_outside_gc_us", "µs", ".0f", "p99 outside gc µs", ratio=False),
@@ -312,6 +326,7 @@ BENCHMARK = _harness.Benchmark(
         Metric("full_gc_max_ms", "ms", ".0f", "longest gc ms", ratio=False),
         Metric("requests_in_gc", "", ",.0f", "requests in a gc", ratio=False),
         Metric("slow_requests", "", ",.0f", f"over {SLOW_MS} ms", ratio=False),
+        Metric("slow_requests_in_gc", "", ",.0f", f"over {SLOW_MS} ms in a gc", ratio=False),
         Metric("rss_baseline_mib", "MiB", ".0f", "RSS one model MiB", ratio=False),
         Metric("rss_peak_mib", "MiB", ".0f", "peak RSS MiB", ratio=False),
         Metric("count", "", ",.0f", "requests", ratio=False),
@@ -327,6 +342,7 @@ BENCHMARK = _harness.Benchmark(
     quick={"seconds": 2.0, "units": 32, "min_swaps": 2, "variants": "direct,swaps"},
     baseline="direct",
     timeout=900.0,
+    notes=versus_registry,
 )
 
 if __name__ == "__main__":

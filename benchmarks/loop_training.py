@@ -75,7 +75,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         return {"release_ms": statistics.median(releases), "released_mib": max(released)}
 
     process = psutil.Process()
-    rss, cycles, drops, releases, released = [], [], [], [], []
+    rss, cycles, drops, releases, released, collects = [], [], [], [], [], []
     warmup = max(0, min(args.warmup, args.cycles // 3))
     rss_start = process.memory_info().rss / MIB
     for _ in range(args.cycles):
@@ -90,7 +90,9 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         del model
         if variant == "b":
             keras.backend.clear_session()
+            collecting = time.perf_counter()
             gc.collect()
+            collects.append(1000 * (time.perf_counter() - collecting))
         dropped = time.perf_counter()
         cycles.append(dropped - started)
         drops.append(1000 * (dropped - fitted))
@@ -101,11 +103,20 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "drop_ms": statistics.fmean(drops[warmup:]),
         "final_rss_mib": rss[-1],
         "growth_mib": rss[-1] - (rss[warmup - 1] if warmup else rss_start),
+        "rss_mib": rss,
     }
+    if collects:
+        result["collect_ms"] = statistics.fmean(collects[warmup:])
     if releases:
         result["release_ms"] = statistics.median(releases[warmup:])
         result["released_mib"] = statistics.median(released[warmup:])
     return result
+
+
+def versus_b(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
+    """(c)'s time per cycle over (b)'s, the naive way that clears the session."""
+    found = _harness.ratio_over_rounds(runs, "seconds_per_cycle", "c", "b")
+    return [f"s/cycle c vs b: {_harness.spread_text(found)}"] if found else []
 
 
 BENCHMARK = _harness.Benchmark(
@@ -118,9 +129,10 @@ BENCHMARK = _harness.Benchmark(
         "dispose": "dispose() of a --dispose-mb MiB model",
     },
     metrics=[
-        Metric("growth_mib_per_cycle", "MiB", "+.2f", "RSS growth MiB/cycle", ratio=False),
+        Metric("growth_mib_per_cycle", "MiB", "+.2f", "RSS growth MiB/cycle", False, "rss_mib"),
         Metric("seconds_per_cycle", "s", ".3f", "s/cycle"),
         Metric("drop_ms", "ms", ".1f", "drop ms"),
+        Metric("collect_ms", "ms", ".1f", "gc.collect() ms", ratio=False),
         Metric("release_ms", "ms", ".1f", "dispose ms", ratio=False),
         Metric("released_mib", "MiB", ".1f", "released MiB", ratio=False),
         Metric("final_rss_mib", "MiB", ".0f", "final RSS MiB", ratio=False),
@@ -136,6 +148,7 @@ BENCHMARK = _harness.Benchmark(
     quick={"cycles": 6, "warmup": 2, "units": 256, "dispose_mb": 8.0},
     rounds=3,
     timeout=1200.0,
+    notes=versus_b,
 )
 
 if __name__ == "__main__":

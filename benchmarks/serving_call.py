@@ -97,6 +97,20 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
     return runs
 
 
+def versus_concrete(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
+    """The serving function's time per call over the concrete function's, per model."""
+    lines = []
+    for case in dict.fromkeys(c for run in runs for r in run.values() for c in r["cases"]):
+        found = _harness.ratio_over_rounds(
+            runs, "us", "serving_function", "concrete function", case
+        )
+        if found is not None:
+            lines.append(
+                f"{case}: serving_function vs concrete function: {_harness.spread_text(found)}"
+            )
+    return lines
+
+
 BENCHMARK = _harness.Benchmark(
     name="serving_call",
     doc=__doc__,
@@ -119,6 +133,7 @@ BENCHMARK = _harness.Benchmark(
     baseline="tf.function",
     rounds=7,
     timeout=900.0,
+    notes=versus_concrete,
 )
 
 if __name__ == "__main__":

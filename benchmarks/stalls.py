@@ -173,7 +173,8 @@ def targets(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
         verdict = "not measured" if found is None else "met" if found.median <= bound else "MISSED"
         median = "" if found is None else f" (median {found.median:{spec}})"
         lines.append(f"target: {label}: {verdict}{median}")
-    return lines
+    per_round = ", ".join(f"{lib['max_gap_ms'] - plain['max_gap_ms']:+.1f}" for lib, plain in pairs)
+    return [*lines, f"max gap library - plain by round (ms): {per_round or '-'}"]
 
 
 ms = "ms"

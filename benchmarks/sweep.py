@@ -164,8 +164,8 @@ def model_of(arch: str, size: int) -> Any:
     return model
 
 
-def cycle(variant: str, arch: str, args: argparse.Namespace, directory: Path) -> None:
-    """Build, fit one step, save, reload, drop."""
+def cycle(variant: str, arch: str, args: argparse.Namespace, directory: Path) -> int:
+    """Build, fit one step, save, reload, drop; the model's parameter count."""
     import keras
     import numpy as np
 
@@ -173,7 +173,7 @@ def cycle(variant: str, arch: str, args: argparse.Namespace, directory: Path) ->
 
     managed = base_variant(variant) != "plain"
     model = model_of(arch, args.size)
-    model.run_eagerly = args.eager
+    model.run_eagerly, params = args.eager, model.count_params()
     model = lc.manage(model) if managed else model
     x = np.random.default_rng(0).random((BATCH, *model.input_shape[1:]), dtype=np.float32)
     model.fit(x, np.arange(BATCH) % CLASSES, batch_size=BATCH, epochs=1, verbose=0)
@@ -188,6 +188,7 @@ def cycle(variant: str, arch: str, args: argparse.Namespace, directory: Path) ->
     if not managed:
         keras.backend.clear_session()
         gc.collect()
+    return params
 
 
 def probe_trim(lib: ctypes.CDLL) -> dict[str, Any]:
@@ -210,7 +211,7 @@ def probe_trim(lib: ctypes.CDLL) -> dict[str, Any]:
     thread.start()
     time.sleep(PROBE_SECONDS)
     began = time.perf_counter()
-    lib.malloc_trim(0)
+    returned = lib.malloc_trim(0)
     ended = time.perf_counter()
     time.sleep(0.05)
     stop.set()
@@ -222,6 +223,8 @@ def probe_trim(lib: ctypes.CDLL) -> dict[str, Any]:
         "alloc_p99_before_us": _harness.percentiles(before, 99)[0],
         "alloc_max_before_us": max(before, default=None),
         "alloc_max_during_us": max(during, default=None),
+        "allocs_during_trim": len(during),
+        "trim_returned": returned,  # 1: memory went back to the system
     }
 
 
@@ -244,8 +247,9 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.settle)
         start, heap_start = rss_mib(), mallinfo(lib) or {}
         for arch in args.archs.split(","):
-            cycle(variant, arch, args, Path(tmp))
+            params = cycle(variant, arch, args, Path(tmp))
             cases[f"after {arch}"] = {"growth_mib": rss_mib()["all"] - start["all"]}
+            cases[f"after {arch}"]["params"] = params
         time.sleep(args.settle)  # the user calls nothing more; a background cleaner finishes
     end, heap = rss_mib(), mallinfo(lib) or {}
     cleaner = lc.current_session().statistics().cleaner
@@ -260,8 +264,9 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
             sweep |= probe_trim(lib)
         else:
             started = time.perf_counter()
-            lib.malloc_trim(0)
+            sweep["trim_returned"] = lib.malloc_trim(0)  # 1: memory went back to the system
             sweep["trim_ms"] = 1000 * (time.perf_counter() - started)
+        sweep |= {f"glibc_{k}_after_trim_mib": v for k, v in (mallinfo(lib) or {}).items()}
         sweep["after_trim_mib"] = rss_mib()["all"] - start["all"]
         gc.collect()
         _tf.memory.clear_kernel_cache()
@@ -315,6 +320,11 @@ BENCHMARK = _harness.Benchmark(
         metric("alloc_p99_before_us", "alloc p99 before µs", ".0f"),
         metric("alloc_max_before_us", "alloc max before µs", ".0f"),
         metric("alloc_max_during_us", "alloc max during µs", ".0f"),
+        metric("allocs_during_trim", "allocs during trim", ".0f"),
+        metric("trim_returned", "malloc_trim returned", ".0f"),
+        metric("params", "params", ",.0f"),
+        metric("glibc_used_after_trim_mib", "glibc used after trim", ",.0f"),
+        metric("glibc_free_after_trim_mib", "glibc free after trim", ",.0f"),
     ],
     measure=measure,
     options=[

@@ -143,6 +143,28 @@ def test_a_child_may_report_several_cases_and_a_baseline_per_variant():
     assert cases["toy", "plain-x"]["ratio"] is None and cases["one", "x"]["ratio"] == 1.0
 
 
+def test_a_metric_keeps_its_per_round_series_in_the_json_and_ratios_judge_targets():
+    bench = _harness.Benchmark(
+        name="toy",
+        doc="A toy.",
+        variants={"a": "", "b": ""},
+        metrics=[_harness.Metric("mib", "MiB", series="rss")],
+        measure=lambda variant, args: {},
+    )
+    runs = [
+        {"a": {"mib": 1.0, "rss": [1, 2]}, "b": {"mib": 2.0}},
+        {"a": {"mib": 3.0, "rss": [3]}, "b": None},
+    ]
+    a, b = _harness.summarise(bench, runs)
+    assert a["series"] == [[1, 2], [3]] and "series" not in b
+    found = _harness.ratio_over_rounds(runs, "mib", "b", "a")
+    assert (found.median, found.count) == (2.0, 1)
+    assert _harness.judge("b/a <= 1.5x", found, 1.5) == "target: b/a <= 1.5x: MISSED (2.00x)"
+    assert _harness.judge("b/a >= 1.5x", found, 1.5, at_least=True).endswith(": met (2.00x)")
+    assert _harness.judge("b/a", None, 1.0) == "target: b/a: not measured"
+    assert _harness.spread_text(_harness.spread_of([1.0, 0.5, 2.0])) == "1.00x (0.50-2.00)"
+
+
 def test_number_helpers_skip_what_was_not_measured():
     assert _harness.spread_of([]) is None and _harness.spread_of([None, float("nan")]) is None
     assert _harness.spread_of([3.0, None, 1.0, 2.0]) == _harness.Spread(2.0, 1.0, 3.0, 3)
@@ -338,6 +360,7 @@ def test_the_stalls_targets_are_judged_within_each_round(load_script):
     assert module.targets(runs, args) == [
         "target: max gap library - plain <= +20 ms: met (median +10.0)",
         "target: p99 gap library / plain <= 1.2x: MISSED (median 1.30)",
+        "max gap library - plain by round (ms): +15.0, +5.0",
     ]
     assert module.targets([], args)[0].endswith(": not measured")
 
