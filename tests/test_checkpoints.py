@@ -27,7 +27,8 @@ def make(units=16, *, extra=False, compiled=True):
     return model
 
 
-def trained(steps=2, **kwargs):
+def stepped(steps=2, **kwargs):
+    """A model of ``make(**kwargs)`` after ``steps`` training steps (its optimizer's iterations)."""
     model = make(**kwargs)
     for _ in range(steps):
         model.train_on_batch(X, Y)
@@ -47,7 +48,7 @@ def data_file(prefix):
 
 
 def test_save_and_restore_weights_slots_iterations_and_step(tmp_path):
-    model = trained()
+    model = stepped()
     keeper = model.checkpoints(tmp_path / "ckpt")
     prefix = keeper.save()
     assert prefix == str(tmp_path / "ckpt" / "ckpt-1") and keeper.step == 1
@@ -62,7 +63,7 @@ def test_save_and_restore_weights_slots_iterations_and_step(tmp_path):
 
 
 def test_retention_numbering_and_listing(tmp_path):
-    keeper = trained(steps=1).checkpoints(tmp_path, max_to_keep=2)
+    keeper = stepped(steps=1).checkpoints(tmp_path, max_to_keep=2)
     assert keeper.latest is None and keeper.list() == []
     paths = [keeper.save() for _ in range(3)]
     assert keeper.list() == paths[1:] and keeper.latest == paths[-1]
@@ -89,7 +90,7 @@ def test_same_directory_same_keeper_and_bad_options(tmp_path):
 
 
 def test_async_saves_work_every_time_and_dispose_releases_the_cpu_copy(tmp_path):
-    model = trained(steps=1)
+    model = stepped(steps=1)
     keeper = model.checkpoints(tmp_path, async_save=True)
     for _ in range(4):  # Keras 3 variables used to fail on the second async save
         model.train_on_batch(X, Y)
@@ -165,7 +166,7 @@ def test_plain_keras_checkpoints_behave_as_without_the_library(tmp_path, run_chi
 def test_only_the_variables_of_an_async_keeper_get_the_host_copy_hook(tmp_path):
     plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
     plain(X[:1])
-    model = trained(steps=1)
+    model = stepped(steps=1)
     model.checkpoints(tmp_path / "sync").save()
     assert not any("_copy_trackable_to_cpu" in vars(v) for v in model.variables)
     model.checkpoints(tmp_path / "async", async_save=True).save()
@@ -174,7 +175,7 @@ def test_only_the_variables_of_an_async_keeper_get_the_host_copy_hook(tmp_path):
 
 
 def test_restore_under_another_prefix_before_the_optimizer_is_built(tmp_path):
-    source = trained()
+    source = stepped()
     prefix = source.checkpoints(tmp_path).save()
     with lc.ModelRegistry() as registry, _tf.isolated_names("risk", "v7"):
         target = make()
@@ -266,7 +267,7 @@ def test_keeper_restore_refuses_an_unbuilt_model_too(tmp_path):
 
 
 def test_weights_only_restore_into_a_model_without_optimizer(tmp_path):
-    source = trained()
+    source = stepped()
     prefix = source.checkpoints(tmp_path).save()
     serving = make(compiled=False)
     assert lc.restore_checkpoint(serving, tmp_path) == prefix
@@ -274,7 +275,7 @@ def test_weights_only_restore_into_a_model_without_optimizer(tmp_path):
 
 
 def test_strict_restore_names_missing_and_unexpected_objects_and_changes_nothing(tmp_path):
-    prefix = trained().checkpoints(tmp_path).save()
+    prefix = stepped().checkpoints(tmp_path).save()
     bigger = make(extra=True, compiled=False)
     before = values(bigger.weights)
     with pytest.raises(lc.CheckpointError, match="missing from the checkpoint") as caught:
@@ -296,7 +297,7 @@ def test_strict_restore_names_missing_and_unexpected_objects_and_changes_nothing
 
 
 def test_shape_mismatch_is_refused_even_when_not_strict(tmp_path):
-    prefix = trained().checkpoints(tmp_path).save()
+    prefix = stepped().checkpoints(tmp_path).save()
     other = make(units=4)
     before = values(other.weights)
     with pytest.raises(lc.CheckpointError, match="another shape") as caught:
@@ -307,7 +308,7 @@ def test_shape_mismatch_is_refused_even_when_not_strict(tmp_path):
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_corrupt_checkpoint_is_refused_and_the_model_is_unchanged(tmp_path, damage):
-    prefix = trained().checkpoints(tmp_path).save()
+    prefix = stepped().checkpoints(tmp_path).save()
     path = data_file(prefix)
     with open(path, "rb") as file:
         raw = bytearray(file.read())
@@ -337,7 +338,7 @@ def test_missing_checkpoints_are_clear_errors(tmp_path):
 
 
 def test_keeper_refuses_work_after_dispose(tmp_path):
-    model = trained(steps=1)
+    model = stepped(steps=1)
     keeper = model.checkpoints(tmp_path)
     keeper.save()
     model.dispose()
@@ -348,7 +349,7 @@ def test_keeper_refuses_work_after_dispose(tmp_path):
 
 
 def test_close_then_a_new_keeper(tmp_path):
-    model = trained(steps=1)
+    model = stepped(steps=1)
     keeper = model.checkpoints(tmp_path, async_save=True)
     first = keeper.save()
     keeper.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from support.tuning import Recorder, digits, search
 
 import lifecycle as lc
 
@@ -22,50 +23,6 @@ from lifecycle.integrations.keras_tuner import (  # noqa: E402 (after the skip)
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Skipping variable loading for optimizer:UserWarning"
 )
-
-
-def digits(samples: int = 300) -> tuple[np.ndarray, np.ndarray]:
-    sklearn_datasets = pytest.importorskip("sklearn.datasets")
-    x, y = sklearn_datasets.load_digits(return_X_y=True)
-    return (x[:samples] / 16).astype("float32"), y[:samples]
-
-
-class Recorder:
-    """A build function that keeps every model it builds, to check them afterwards."""
-
-    def __init__(self) -> None:
-        self.models: list[keras.Model] = []
-
-    def __call__(self, hp: kt.HyperParameters) -> keras.Model:
-        model = keras.Sequential(
-            [
-                keras.Input((64,)),
-                keras.layers.Dense(hp.Int("units", 8, 32, step=8), activation="relu"),
-                keras.layers.Dense(10, activation="softmax"),
-            ]
-        )
-        model.compile(
-            optimizer=keras.optimizers.Adam(hp.Float("lr", 1e-3, 1e-2, sampling="log")),
-            loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],
-        )
-        self.models.append(model)
-        return model
-
-
-def search(tuner_class: type, directory, build, trials: int = 2, seed: int = 3):
-    keras.utils.set_random_seed(seed)
-    tuner = tuner_class(
-        build,
-        objective="val_accuracy",
-        max_trials=trials,
-        seed=seed,
-        directory=str(directory),
-        project_name="search",
-    )
-    x, y = digits()
-    tuner.search(x, y, validation_split=0.25, epochs=2, batch_size=64, verbose=0)
-    return tuner
 
 
 def released(model: keras.Model) -> bool:
@@ -202,7 +159,7 @@ def test_a_first_managed_search_in_a_process_matches_plain(run_child):
         assert "keras_tuner" not in sys.modules, "importing lifecycle imported keras_tuner"
         assert "lifecycle.integrations.sklearn" not in sys.modules
         import keras_tuner as kt
-        from tests.test_integrations_keras_tuner import Recorder, search
+        from tests.support.tuning import Recorder, search
         from lifecycle.integrations.keras_tuner import managed_tuner
         with tempfile.TemporaryDirectory() as directory:
             for tuner_class in (managed_tuner(kt.RandomSearch), kt.RandomSearch):

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.waits import joined, wait_until
 
 import lifecycle as lc
 from lifecycle import _tf
@@ -36,7 +37,8 @@ class Subclassed(lc.ManagedModel):
         return self.out(self.hidden(x))
 
 
-def trained(model):
+def fitted(model):
+    """``model`` compiled and fit for one epoch."""
     model.compile(optimizer="adam", loss="mse", metrics=["mae"])
     model.fit(X, Y, epochs=1, batch_size=16, verbose=0)
     return model
@@ -86,7 +88,7 @@ def test_functional_subclass_of_managed_model():
 
 
 def test_compile_fit_evaluate_predict_save_load_unchanged(tmp_path):
-    model = trained(functional())
+    model = fitted(functional())
     loss, mae = model.evaluate(X, Y, verbose=0)
     assert np.isfinite(loss) and np.isfinite(mae)
     predictions = model.predict(X, verbose=0)
@@ -100,7 +102,7 @@ def test_compile_fit_evaluate_predict_save_load_unchanged(tmp_path):
 
 
 def test_subclassed_model_trains_and_disposes():
-    model = trained(Subclassed())
+    model = fitted(Subclassed())
     owned = (model.owned_bytes, model.owned_variables)
     kernel = model.hidden.kernel
     report = model.dispose()
@@ -112,7 +114,7 @@ def test_subclassed_model_trains_and_disposes():
 
 
 def test_dispose_releases_weights_slots_and_metrics_despite_stray_references():
-    model = trained(functional())
+    model = fitted(functional())
     kernel = model.layers[1].kernel
     slots = [v for v in model.optimizer.variables if v.shape == kernel.shape]
     metric_variables = list(model.metrics_variables)
@@ -131,7 +133,7 @@ def test_dispose_releases_weights_slots_and_metrics_despite_stray_references():
 
 
 def test_dispose_is_idempotent_and_returns_the_same_report():
-    model = trained(functional())
+    model = fitted(functional())
     first = model.dispose()
     assert model.dispose() is first
     assert first.registry_entries_purged >= 1
@@ -153,7 +155,7 @@ def train_step_ref(model):
 )
 def test_dispose_drops_the_traced_step_at_once_without_a_cleaner_thread(strategy, collect):
     with lc.LifecycleSession(cleanup=strategy):
-        model = trained(functional())
+        model = fitted(functional())
         step = train_step_ref(model)
         model.dispose(collect=collect)
         assert model.train_function is None and model.optimizer is None
@@ -162,7 +164,7 @@ def test_dispose_drops_the_traced_step_at_once_without_a_cleaner_thread(strategy
 
 def test_dispose_leaves_destroying_the_traced_step_to_the_cleaner_thread():
     with lc.LifecycleSession(cleanup=lc.CleanupStrategy.IN_BACKGROUND) as session:
-        model = trained(functional())
+        model = fitted(functional())
         step = train_step_ref(model)
         model.dispose()
         assert model.train_function is None and model.optimizer is None
@@ -188,7 +190,7 @@ def test_dispose_of_a_model_never_built_releases_nothing():
 
 
 def test_dispose_purges_only_this_models_registry_entries():
-    a, b = trained(functional()), trained(functional())
+    a, b = fitted(functional()), fitted(functional())
     before = _tf.custom_gradient_entries()
     assert before >= 2
     purged = a.dispose().registry_entries_purged
@@ -198,7 +200,7 @@ def test_dispose_purges_only_this_models_registry_entries():
 
 
 def test_other_model_keeps_training_and_differentiating_after_dispose():
-    a, b = trained(functional()), trained(functional())
+    a, b = fitted(functional()), fitted(functional())
 
     @tf.function
     def gradients(x, y):
@@ -241,7 +243,7 @@ ENTRY_POINTS = {
 
 @pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
 def test_every_entry_point_raises_disposed_error_naming_the_model(entry_point, tmp_path):
-    model = trained(functional(name="risk_model"))
+    model = fitted(functional(name="risk_model"))
     model.save_weights(tmp_path / "m.weights.h5")
     model.dispose()
     with pytest.raises(lc.DisposedError, match=r"'risk_model' has been disposed.*new model"):
@@ -371,13 +373,13 @@ def test_drain_timeout_names_calls_in_flight_and_leaves_the_model_live():
     model = Blocking()
     worker = threading.Thread(target=lambda: model(np.ones((1, 2))))
     worker.start()
-    model.entered.wait(10)
+    assert model.entered.wait(30), "the call did not start"
     with pytest.raises(lc.DrainTimeoutError, match="1 call\\(s\\) still running") as info:
         model.dispose(timeout=0.05)
     assert info.value.in_flight == 1
     assert model.state is lc.ModelState.LIVE
     model.release.set()
-    worker.join()
+    joined(worker)
     assert model(np.ones((1, 2))).shape == (1, 2)
     assert model.dispose().drain_seconds >= 0
 
@@ -386,16 +388,14 @@ def test_dispose_waits_for_a_call_in_flight_and_refuses_new_ones():
     model = Blocking()
     worker = threading.Thread(target=lambda: model(np.ones((1, 2))))
     worker.start()
-    model.entered.wait(10)
+    assert model.entered.wait(30), "the call did not start"
     disposer = threading.Thread(target=model.dispose)
     disposer.start()
-    while model.state is not lc.ModelState.DISPOSING:
-        pass
+    wait_until(lambda: model.state is lc.ModelState.DISPOSING, "the model disposing")
     with pytest.raises(lc.DisposedError, match="is being disposed"):
         model(np.ones((1, 2)))
     model.release.set()
-    worker.join()
-    disposer.join()
+    joined(worker, disposer)
     assert model.state is lc.ModelState.DISPOSED
 
 

@@ -10,43 +10,11 @@ import attrs
 import keras
 import numpy as np
 import pytest
+from support.models import X, answer, constant
+from support.waits import joined, wait_until
 
 import lifecycle as lc
 from lifecycle._core import key_fraction
-
-X = np.ones((2, 4), "float32")
-
-
-def constant(value, *, units=8, name_of_input=None):
-    """A factory whose model answers `value` for every input: versions are told apart."""
-
-    def factory():
-        inputs = keras.Input((4,), name=name_of_input)
-        hidden = keras.layers.Dense(units)(inputs)
-        out = keras.layers.Dense(
-            1, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
-        )(hidden)
-        return keras.Model(inputs, out)
-
-    return factory
-
-
-def answer(registry, name="risk", **kwargs):
-    return float(registry.predict(name, X, **kwargs).numpy()[0, 0])
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
-
-
-@pytest.fixture
-def registry():
-    with lc.ModelRegistry() as reg:
-        yield reg
-
 
 # --- loading ------------------------------------------------------------------------
 
@@ -189,7 +157,7 @@ def test_a_lease_keeps_a_retired_version_alive_until_returned(registry):
         assert model.predict_on_batch(X)[0, 0] == 1.0  # still alive
         with pytest.raises(lc.UnknownModelError, match="no version 1"):
             registry.predict("risk", X, version=1)
-    wait_for(lambda: [s.version for s in registry.status()] == [2])
+    wait_until(lambda: [s.version for s in registry.status()] == [2], "version 1 retired")
     assert model.state is lc.ModelState.DISPOSED
 
 
@@ -213,11 +181,11 @@ def swap_in_gap(lease_timeout=30.0):
 
         loader = threading.Thread(target=lambda: reg.load("risk", 2, slow))
         loader.start()
-        building.wait(30)
+        assert building.wait(30), "the build of version 2 did not start"
 
         def finish():
             proceed.set()
-            loader.join()
+            joined(loader)
 
         try:
             yield reg, finish
@@ -230,12 +198,21 @@ def test_resource_preserving_swap_makes_requests_wait_for_the_new_version():
     with swap_in_gap() as (reg, finish):
         # The old one went first; the new one shows as loading.
         assert [(s.version, s.state) for s in reg.status()] == [(2, lc.VersionState.LOADING)]
-        waiter = threading.Thread(target=lambda: answers.append(answer(reg)))
+        asking = threading.Event()
+
+        def ask() -> None:
+            asking.set()
+            answers.append(answer(reg))
+
+        waiter = threading.Thread(target=ask)
         waiter.start()
+        assert asking.wait(30), "the request did not start"
+        # An absence (no answer while in the gap), so a bounded wait, once the
+        # request is under way.
         time.sleep(0.05)
-        assert answers == []  # waiting in the gap
+        assert answers == [] and waiter.is_alive()  # waiting in the gap
         finish()
-        waiter.join()
+        joined(waiter)
     assert answers == [2.0]
 
 
@@ -482,11 +459,11 @@ def test_unload_with_wait_waits_also_for_a_version_already_retiring(registry):
 
     holder = threading.Thread(target=hold)
     holder.start()
-    holding.wait(30)
+    assert holding.wait(30), "the lease was not taken"
     registry.unload("risk", 1)  # retiring: a lease is held
     threading.Timer(0.2, release.set).start()
     started = time.monotonic()
     registry.unload("risk", 1, wait=True)
     assert time.monotonic() - started >= 0.15
     assert [s.version for s in registry.status()] == [2]
-    holder.join()
+    joined(holder)

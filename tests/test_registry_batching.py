@@ -7,6 +7,7 @@ import threading
 import keras
 import numpy as np
 import pytest
+from support.models import constant
 
 import lifecycle as lc
 
@@ -18,17 +19,6 @@ def linear():
     return keras.Model(x, keras.layers.Dense(3)(x))
 
 
-def constant(value: float):
-    def factory():
-        x = keras.Input((4,), name="x")
-        dense = keras.layers.Dense(
-            1, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
-        )
-        return keras.Model(x, dense(x))
-
-    return factory
-
-
 def embedding():
     ids = keras.Input((1,), name="ids", dtype="int64")
     return keras.Model(ids, keras.layers.Embedding(5, 2)(ids))
@@ -37,7 +27,7 @@ def embedding():
 def hammer(clients: int, calls: int, request) -> list[str]:
     """``request(client, call)`` from ``clients`` threads released together; failures."""
     failures: list[str] = []
-    start = threading.Barrier(clients)
+    start = threading.Barrier(clients, timeout=60)
 
     def client(c: int) -> None:
         start.wait()
@@ -89,7 +79,7 @@ def test_every_caller_gets_exactly_its_own_rows():
 
 def test_named_inputs_and_the_infer_path_batch_too():
     with lc.ModelRegistry() as registry:
-        registry.load("m", 1, constant(7.0), batching=POLICY)
+        registry.load("m", 1, constant(7.0, input_name="x"), batching=POLICY)
 
         def request(c: int, j: int) -> str | None:
             answer = registry.infer("m", {"x": np.full((1 + c % 2, 4), c, "float32")})
@@ -104,7 +94,7 @@ def test_infer_feeds_a_batched_version_arrays_made_once(monkeypatch):
     # infer() converts named inputs once, to arrays: a batch merges arrays, so a tensor
     # would be turned back into an array and into a tensor again for a lone caller.
     with lc.ModelRegistry() as registry:
-        registry.load("m", 1, constant(7.0), batching=POLICY)
+        registry.load("m", 1, constant(7.0, input_name="x"), batching=POLICY)
         batched = registry._table.find("m", 1).serve
         fed: list[object] = []
         prepare = batched._prepare
@@ -163,7 +153,7 @@ def test_a_bad_request_fails_alone_and_the_others_succeed():
 
 def test_batches_never_mix_versions_during_swaps():
     with lc.ModelRegistry() as registry:
-        registry.load("m", 1, constant(1.0), batching=POLICY)
+        registry.load("m", 1, constant(1.0, input_name="x"), batching=POLICY)
         stop = threading.Event()
 
         def request(c: int, j: int) -> str | None:
@@ -174,7 +164,9 @@ def test_batches_never_mix_versions_during_swaps():
         def swaps() -> None:
             version = 1
             while not stop.is_set() and version < 6:
-                registry.load("m", version + 1, constant(version + 1.0), batching=POLICY)
+                registry.load(
+                    "m", version + 1, constant(version + 1.0, input_name="x"), batching=POLICY
+                )
                 registry.promote("m", version + 1)
                 registry.unload("m", version)  # drains, then disposes
                 version += 1
@@ -191,8 +183,8 @@ def test_batches_never_mix_versions_during_swaps():
 
 def test_unload_under_batched_load_waits_for_the_batch_and_never_crashes():
     with lc.ModelRegistry(drain_timeout=30) as registry:
-        registry.load("m", 1, constant(1.0), batching=POLICY)
-        registry.load("m", 2, constant(2.0), batching=POLICY)
+        registry.load("m", 1, constant(1.0, input_name="x"), batching=POLICY)
+        registry.load("m", 2, constant(2.0, input_name="x"), batching=POLICY)
 
         def request(c: int, j: int) -> str | None:
             if c == 0 and j == 10:
@@ -209,7 +201,7 @@ def test_unload_under_batched_load_waits_for_the_batch_and_never_crashes():
 def test_watched_versions_batch_and_bad_arguments_are_refused(tmp_path):
     keras_dir = tmp_path / "m" / "1"
     keras_dir.mkdir(parents=True)
-    constant(3.0)().save(keras_dir / "model.keras")
+    constant(3.0, input_name="x")().save(keras_dir / "model.keras")
     with lc.ModelRegistry() as registry:
         registry.watch("m", tmp_path / "m", batching=POLICY)
         assert registry.status("m")[0].batching is not None

@@ -8,10 +8,10 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from support.models import answer
+from support.waits import wait_until
 
 import lifecycle as lc
-
-X = np.ones((2, 4), "float32")
 
 
 def factory():
@@ -29,10 +29,6 @@ def publish(base, version, answer):
         prefix = model.checkpoints(base / str(version)).save()
         model.dispose()
     return prefix
-
-
-def answer(registry, name="risk", **kwargs):
-    return float(registry.predict(name, X, **kwargs).numpy()[0, 0])
 
 
 def test_load_restores_the_checkpoint_before_serving(tmp_path):
@@ -265,18 +261,14 @@ def watch_thread(registry, name):
 
 
 def test_polling_follows_the_base_path_until_unwatched(tmp_path):
-    import time
-
     publish(tmp_path, 1, 1.0)
     with lc.ModelRegistry() as registry:
         registry.watch("risk", tmp_path, factory, poll_interval=0.1)
         thread = watch_thread(registry, "risk")
         assert thread is not None and thread.is_alive()
         publish(tmp_path, 2, 2.0)
-        deadline = time.monotonic() + 60
-        while registry.last_scan("risk").default != 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert registry.last_scan("risk").default == 2 and answer(registry) == 2.0
+        wait_until(lambda: registry.last_scan("risk").default == 2, "version 2 the default")
+        assert answer(registry) == 2.0
         registry.unwatch("risk")
         assert not thread.is_alive()
         with pytest.raises(lc.UnknownModelError):

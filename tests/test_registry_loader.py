@@ -11,13 +11,12 @@ import threading
 import weakref
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
+from support.models import answer, constant
 
 import lifecycle as lc
 
-X = np.ones((2, 4), "float32")
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 
 linux_only = pytest.mark.skipif(
@@ -29,29 +28,19 @@ def nice_of_this_thread() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
-def constant(value, seen=None):
-    """A factory answering `value`; records where and how it ran into `seen`."""
+def recording(factory, seen):
+    """``factory``, recording into ``seen`` where and how it ran."""
 
-    def factory():
-        if seen is not None:
-            seen.update(
-                thread=threading.current_thread().name,
-                nice=nice_of_this_thread(),
-                policy=keras.config.dtype_policy().name,
-                request_id=REQUEST_ID.get(),
-            )
-        inputs = keras.Input((4,))
-        hidden = keras.layers.Dense(8)(inputs)
-        out = keras.layers.Dense(
-            1, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
-        )(hidden)
-        return keras.Model(inputs, out)
+    def build():
+        seen.update(
+            thread=threading.current_thread().name,
+            nice=nice_of_this_thread(),
+            policy=keras.config.dtype_policy().name,
+            request_id=REQUEST_ID.get(),
+        )
+        return factory()
 
-    return factory
-
-
-def answer(registry):
-    return float(registry.predict("risk", X).numpy()[0, 0])
+    return build
 
 
 def loader_threads(name):
@@ -64,7 +53,7 @@ def test_loads_run_on_the_registry_thread_at_lower_priority():
         pytest.skip("this thread's nice value leaves no room to lower the loader's by 7")
     seen = {}
     with lc.ModelRegistry(name="nice", loader_nice=7) as registry:
-        registry.load("risk", 1, constant(1.0, seen))
+        registry.load("risk", 1, recording(constant(1.0), seen))
         assert seen["thread"].startswith("lifecycle-loader-nice")
         assert seen["nice"] == nice_of_this_thread() + 7
         assert answer(registry) == 1.0
@@ -84,7 +73,7 @@ def test_the_loader_builds_in_the_callers_dtype_policy_device_and_context():
     keras.config.set_dtype_policy("mixed_float16")
     try:
         with lc.ModelRegistry(name="scope", loader_nice=3) as registry, tf.device("/CPU:0"):
-            registry.load("risk", 1, constant(1.0, seen))
+            registry.load("risk", 1, recording(constant(1.0), seen))
             with registry.lease("risk") as model:
                 assert model.layers[1].dtype_policy.name == "mixed_float16"
                 assert model.weights[0].value.device.endswith("CPU:0")

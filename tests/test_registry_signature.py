@@ -5,19 +5,9 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+from support.models import constant_model
 
 import lifecycle as lc
-
-
-def single_input(value=1.0):
-    def factory():
-        x = keras.Input((3,), name="features")
-        out = keras.layers.Dense(
-            2, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
-        )(x)
-        return keras.Model(x, out)
-
-    return factory
 
 
 def two_inputs_dict_outputs():
@@ -39,14 +29,8 @@ def two_outputs():
     return keras.Model(x, [keras.layers.Dense(1)(x), keras.layers.Dense(4)(x)])
 
 
-@pytest.fixture
-def registry():
-    with lc.ModelRegistry() as registry:
-        yield registry
-
-
 def test_signature_names_inputs_by_keras_input_and_a_single_output_output_0(registry):
-    registry.load("risk", 1, single_input())
+    registry.load("risk", 1, lambda: constant_model(1.0))
     signature = registry.signature("risk")
     assert signature == lc.ServingSignature(
         inputs=(lc.NamedTensorSpec("features", "float32", (None, 3)),),
@@ -71,7 +55,7 @@ def test_signature_of_dict_outputs_uses_their_keys_and_list_outputs_are_numbered
 
 
 def test_signature_follows_version_and_label_and_is_frozen(registry):
-    registry.load("risk", 1, single_input())
+    registry.load("risk", 1, lambda: constant_model(1.0))
     registry.load("risk", 2, two_outputs, labels=["canary"])
     assert registry.signature("risk").inputs[0].name == "features"
     assert registry.signature("risk", version=2).outputs[1].name == "output_1"
@@ -81,7 +65,7 @@ def test_signature_follows_version_and_label_and_is_frozen(registry):
 
 
 def test_signature_of_unknown_model_version_or_label(registry):
-    registry.load("risk", 1, single_input())
+    registry.load("risk", 1, lambda: constant_model(1.0))
     with pytest.raises(lc.UnknownModelError, match="No model named 'nope'"):
         registry.signature("nope")
     with pytest.raises(lc.UnknownModelError, match="no version 9"):
@@ -91,14 +75,14 @@ def test_signature_of_unknown_model_version_or_label(registry):
 
 
 def test_signature_read_does_not_count_as_a_request(registry):
-    registry.load("risk", 1, single_input())
+    registry.load("risk", 1, lambda: constant_model(1.0))
     registry.signature("risk")
     assert registry.status("risk")[0].requests == 0
 
 
 def test_infer_runs_named_inputs_and_returns_named_numpy_outputs(registry):
-    registry.load("risk", 1, single_input(0.5))
-    registry.load("risk", 2, single_input(2.0))
+    registry.load("risk", 1, lambda: constant_model(0.5))
+    registry.load("risk", 2, lambda: constant_model(2.0))
     result = registry.infer("risk", {"features": [[1, 2, 3], [4, 5, 6]]}, version=2)
     assert isinstance(result, lc.Inference)
     assert (result.name, result.version) == ("risk", 2)
@@ -135,7 +119,7 @@ def test_infer_refuses_bad_inputs_with_messages_and_keeps_serving(registry):
 
 def test_signature_of_a_keras_file(registry, tmp_path):
     path = tmp_path / "model.keras"
-    single_input()().save(path)
+    constant_model(1.0).save(path)
     registry.load("file", 1, path)
     assert registry.signature("file").inputs[0].name == "features"
     assert registry.infer("file", {"features": [[0, 0, 0]]}).outputs["output_0"].shape == (1, 2)

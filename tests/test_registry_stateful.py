@@ -9,29 +9,18 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import keras
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from support.models import constant
 
 import lifecycle as lc
 
 X = np.ones((1, 4), "float32")
 VERSIONS = st.integers(1, 4)
 LABELS = st.sampled_from(["stable", "canary"])
-
-
-def constant(value):
-    def factory():
-        inputs = keras.Input((4,))
-        out = keras.layers.Dense(
-            1, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(value)
-        )(inputs)
-        return keras.Model(inputs, out)
-
-    return factory
 
 
 class RegistryMachine(RuleBasedStateMachine):

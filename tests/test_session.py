@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import threading
-import time
 import weakref
 from typing import ClassVar
 
@@ -13,6 +12,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.models import trained
+from support.waits import collect_until, joined, wait_until
 
 import lifecycle as lc
 from lifecycle import _tf
@@ -20,34 +21,6 @@ from lifecycle import _tf
 S = lc.CleanupStrategy
 X = np.ones((32, 8), "float32")
 Y = np.ones((32, 2), "float32")
-
-
-def wait_for(predicate, timeout=30.0):
-    """Poll until predicate() is true; fail after timeout (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout} s")
-        time.sleep(0.005)
-
-
-def trained(name=None):
-    inputs = keras.Input((8,))
-    model = lc.ManagedModel(
-        inputs, keras.layers.Dense(2)(keras.layers.Dense(16)(inputs)), name=name
-    )
-    model.compile(optimizer="adam", loss="mse")
-    model.fit(X, Y, epochs=1, batch_size=16, verbose=0)
-    return model
-
-
-def collect_until(predicate):
-    """gc.collect() until predicate() holds.
-
-    A gc.collect() returns at once while another thread (a cleaner) is
-    collecting, so one call does not guarantee the dropped model was found.
-    """
-    wait_for(lambda: (gc.collect(), predicate())[1])
 
 
 def drop(model):
@@ -68,10 +41,10 @@ def test_in_background_cleans_a_dropped_model_with_no_further_call():
         del model
         # The collector finds the dropped model (the finalizer does not keep it
         # alive) and its finalizer queues the clean-up.
-        collect_until(lambda: model_ref() is None)
+        collect_until(lambda: model_ref() is None, "the dropped model collected")
         # No call into the library from here on: the cleaner thread does the work.
-        wait_for(lambda: _tf.custom_gradient_entries() < entries)
-        wait_for(lambda: (gc.collect(), handle_ref())[1] is None)
+        wait_until(lambda: _tf.custom_gradient_entries() < entries, "its gradient entries purged")
+        collect_until(lambda: handle_ref() is None, "its buffer freed")
         assert session.statistics().models_cleaned == 1
 
 
@@ -81,14 +54,14 @@ def test_on_safe_points_cleans_only_at_a_safe_point():
         model, other = trained(), trained()
         model_ref, handle_ref = drop(model)
         del model
-        collect_until(lambda: model_ref() is None)
+        collect_until(lambda: model_ref() is None, "the dropped model collected")
         assert session.statistics().cleaner.queued == 1
         gc.collect()
         assert handle_ref() is not None  # still pinned: nothing ran
         assert session.statistics().models_cleaned == 0
         other.predict_on_batch(X)  # entering a call of a managed model is a safe point
         assert session.statistics().models_cleaned == 1
-        collect_until(lambda: handle_ref() is None)
+        collect_until(lambda: handle_ref() is None, "its buffer freed")
 
 
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -98,7 +71,7 @@ def test_on_session_close_cleans_only_at_close():
         model, other = trained(), trained()
         model_ref, handle_ref = drop(model)
         del model
-        collect_until(lambda: model_ref() is None)
+        collect_until(lambda: model_ref() is None, "the dropped model collected")
         other.predict_on_batch(X)
         session.safe_point()
         trained().dispose()  # creating a model is a safe point too
@@ -106,7 +79,7 @@ def test_on_session_close_cleans_only_at_close():
         assert handle_ref() is not None
         assert session.statistics().models_cleaned == 0
     assert session.statistics().models_cleaned == 1
-    collect_until(lambda: handle_ref() is None)
+    collect_until(lambda: handle_ref() is None, "its buffer freed")
 
 
 def test_a_cleaned_model_is_named_in_a_resource_warning():
@@ -115,7 +88,7 @@ def test_a_cleaned_model_is_named_in_a_resource_warning():
         model = trained(name="forgotten_model")
         model_ref = weakref.ref(model)
         del model
-        collect_until(lambda: model_ref() is None)
+        collect_until(lambda: model_ref() is None, "the dropped model collected")
         with pytest.warns(ResourceWarning, match="'forgotten_model' was garbage-collected"):
             session.close()
 
@@ -142,7 +115,7 @@ def test_a_shared_layer_survives_the_cleanup_of_a_dropped_model():
         dropped.fit(X, np.ones((32, 4), "float32"), verbose=0)
         dropped_ref = weakref.ref(dropped)
         del dropped
-        collect_until(lambda: dropped_ref() is None)
+        collect_until(lambda: dropped_ref() is None, "the dropped model collected")
         with pytest.warns(ResourceWarning):
             session.close()
     assert session.statistics().models_cleaned == 1
@@ -161,12 +134,12 @@ def test_a_cleanup_counts_only_the_buffers_it_frees():
         model_ref = weakref.ref(model)
         before = lc.statistics().bytes_released
         del model
-        collect_until(lambda: model_ref() is None)
+        collect_until(lambda: model_ref() is None, "the dropped model collected")
         message = rf"cleaned up {owned - 512} of its {owned} bytes of buffers \(512 stay with"
         with pytest.warns(ResourceWarning, match=message):
             session.close()
     assert lc.statistics().bytes_released - before == owned - 512
-    collect_until(lambda: freed_handle() is None)
+    collect_until(lambda: freed_handle() is None, "its buffer freed")
     assert kept_handle() is not None
     np.testing.assert_array_equal(kept.numpy(), values)  # left alone, not overwritten
 
@@ -268,7 +241,7 @@ def test_close_collects_when_a_dropped_model_may_be_unfound():
     session = lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE, collector=counting_collector(calls))
     with session:
         model_ref = weakref.ref(built())  # dropped at once, never disposed
-        collect_until(lambda: model_ref() is None)  # found; its clean-up is queued
+        collect_until(lambda: model_ref() is None, "the dropped model collected")  # clean-up queued
     assert calls == [threading.current_thread().name]
     assert session.statistics().models_cleaned == 1
 
@@ -293,7 +266,7 @@ def test_end_to_end_dropped_models_are_found_by_pressure_alone():
         entries = _tf.custom_gradient_entries()
         for _ in range(4):
             trained()
-        wait_for(lambda: session.statistics().models_cleaned >= 3)
+        wait_until(lambda: session.statistics().models_cleaned >= 3, "3 models cleaned")
         assert _tf.custom_gradient_entries() < entries + 4
         assert session.statistics().cleaner.collections >= 1
 
@@ -352,7 +325,7 @@ def test_models_belong_to_the_current_session_of_their_thread(session):
 
         thread = threading.Thread(target=elsewhere)
         thread.start()
-        thread.join()
+        joined(thread)
         assert here.session is mine
         assert seen["session"].name == "default" and seen["model"].session is seen["session"]
     assert lc.current_session() is session
@@ -365,8 +338,7 @@ def test_close_from_another_thread_and_twice():
     closers = [threading.Thread(target=session.close) for _ in range(3)]
     for closer in closers:
         closer.start()
-    for closer in closers:
-        closer.join()
+    joined(*closers)
     assert session.state is lc.SessionState.CLOSED and model.state is lc.ModelState.DISPOSED
 
 
@@ -436,8 +408,8 @@ def settle_default_session():
     # Models other tests dropped count as live until a cleaner has cleaned them;
     # with none live, a close that clears Keras's state whenever no managed model
     # lives would clear it here.
-    collect_until(lambda: lc._session._root().cleaner.wait_idle(30))
-    collect_until(lambda: lc.statistics().live_models == 0)
+    collect_until(lambda: lc._session._root().cleaner.wait_idle(30), "the cleaner idle")
+    collect_until(lambda: lc.statistics().live_models == 0, "no live model left")
 
 
 def in_thread(function):
@@ -585,17 +557,16 @@ def test_close_while_another_thread_is_in_fit_waits_or_fails_clearly():
         target=lambda: result.setdefault("history", model.fit(X, Y, verbose=0, callbacks=[slow]))
     )
     worker.start()
-    slow.started.wait(30)
+    assert slow.started.wait(30), "fit did not start"
     with pytest.raises(lc.DrainTimeoutError, match="1 call\\(s\\) still running"):
         session.close()
     assert session.state is lc.SessionState.OPEN and model.state is lc.ModelState.LIVE
     session.close_timeout = None
     closer = threading.Thread(target=session.close)
     closer.start()
-    wait_for(lambda: model.state is lc.ModelState.DISPOSING)
+    wait_until(lambda: model.state is lc.ModelState.DISPOSING, "the model disposing")
     slow.finish.set()
-    worker.join()
-    closer.join()
+    joined(worker, closer)
     assert "loss" in result["history"].history  # the running fit completed
     assert session.state is lc.SessionState.CLOSED and model.state is lc.ModelState.DISPOSED
 
@@ -625,8 +596,7 @@ def test_user_threads_and_the_cleaner_thread_together():
         threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join()
+        joined(*threads)
         assert errors == []
 
         def all_released():
@@ -635,7 +605,7 @@ def test_user_threads_and_the_cleaner_thread_together():
             stats = session.statistics()
             return stats.models_disposed + stats.models_cleaned == 12
 
-        wait_for(all_released)
+        wait_until(all_released, "all 12 models disposed or cleaned")
         assert session.cleaner.wait_idle(30)
         stats = session.statistics()
         assert stats.models == 0 and stats.cleaner.task_errors == 0
@@ -670,8 +640,7 @@ def test_activate_shares_an_open_session_with_worker_threads():
         workers = [threading.Thread(target=work) for _ in range(2)]
         for worker in workers:
             worker.start()
-        for worker in workers:
-            worker.join()
+        joined(*workers)
         assert [m.session for m in made] == [shared, shared]
         assert shared.statistics().models == 2
     assert all(m.state is lc.ModelState.DISPOSED for m in made)
@@ -736,7 +705,7 @@ def test_a_dropped_models_clean_up_counts_its_buffers_for_the_kernel_cache(kerne
         buffers = len(_tf.model_leaves(model))
         model_ref, _ = drop(model)
         del model
-        collect_until(lambda: model_ref() is None)
+        collect_until(lambda: model_ref() is None, "the dropped model collected")
         other.predict_on_batch(X)  # a safe point: the clean-up runs
         assert session.statistics().models_cleaned == 1
         # Its buffers were counted, and past the threshold (4) the clean-up
