@@ -66,8 +66,15 @@ with lc.ModelRegistry({options}) as registry:
         registry.promote("m", version)
         default_since[version] = (before, time.perf_counter())
         registry.unload("m", version - 1)
-    time.sleep(0.2)
-    stop.set()
+    # Requests to the last version too: 50 that started after its promotion.
+    last = time.perf_counter()
+    deadline = time.monotonic() + 60
+    try:
+        while sum(started >= last for started, _, _ in requests) < 50:
+            assert time.monotonic() < deadline, "not 50 requests to the last version in 60 s"
+            time.sleep(0.01)
+    finally:
+        stop.set()
     for thread in threads:
         thread.join(60)
     alive = [s.version for s in registry.status()]

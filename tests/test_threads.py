@@ -13,7 +13,7 @@ import json
 import pytest
 
 CHILD = """
-import json, sys, threading
+import json, sys, threading, time
 import keras, numpy as np, tensorflow as tf
 import lifecycle as lc
 
@@ -34,7 +34,7 @@ for trial in range(TRIALS):
         "serving_function": lambda: serve(x),
     }
     calls = [paths[p] for p in PATH.split(",")]
-    started = threading.Barrier(THREADS + 1)
+    started = threading.Barrier(THREADS + 1, timeout=60)
     lock = threading.Lock()
 
     def worker(call):
@@ -58,8 +58,10 @@ for trial in range(TRIALS):
     for thread in threads:
         thread.start()
     started.wait()
-    while totals["ok"] < 20 * (trial + 1):
-        pass
+    deadline = time.monotonic() + 60
+    while totals["ok"] < 20 * (trial + 1):  # calls answered before the dispose
+        assert time.monotonic() < deadline, f"20 calls not answered within 60 s: {totals}"
+        time.sleep(0.001)
     report = model.dispose(timeout=30)
     for thread in threads:
         thread.join(60)

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from support.waits import wait_until
 
 import lifecycle as lc
 from lifecycle._core import Batcher, BatchingPolicy
@@ -32,7 +33,7 @@ class Recorder:
 def run_concurrently(batcher: Batcher, requests: list[list[int]], kinds=None) -> list:
     """Submit every request from a thread of its own, all released at once; their outcomes."""
     outcomes: list = [None] * len(requests)
-    start = threading.Barrier(len(requests))
+    start = threading.Barrier(len(requests), timeout=60)
 
     def call(i: int) -> None:
         start.wait()
@@ -58,14 +59,16 @@ def lead_then_queue(batcher: Batcher, run: Recorder, call, rows) -> list[threadi
     """
     leader = threading.Thread(target=call, args=(1,))
     leader.start()
-    while not run.batches:  # the leader's batch runs
-        time.sleep(0.001)
+    # Polled every millisecond: the others must queue while the leader's batch runs.
+    wait_until(lambda: run.batches, "the leader's batch running", poll=0.001)
     queued = [threading.Thread(target=call, args=(row,)) for row in rows]
     for thread in queued:
         thread.start()
-    deadline = time.monotonic() + 5
-    while batcher._queued_rows < len(rows) and time.monotonic() < deadline:
-        time.sleep(0.001)
+    wait_until(
+        lambda: batcher._queued_rows >= len(rows) or len(run.batches) > 1,
+        f"{len(rows)} rows queued",
+        poll=0.001,
+    )
     assert run.batches == run.batches[:1], "the leader's batch ended before the others queued"
     return [leader, *queued]
 
@@ -156,7 +159,7 @@ def test_callers_in_a_loop_come_back_to_one_full_batch():
     # the next batch is taken, and batches of 1 and 3 take turns.
     run = Recorder(delay=0.01)
     batcher = Batcher(run, BatchingPolicy(max_batch_size=8, return_wait=100.0))  # <= 1 s
-    start = threading.Barrier(4)
+    start = threading.Barrier(4, timeout=60)
 
     def client(c: int) -> None:
         start.wait()

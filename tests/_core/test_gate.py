@@ -6,6 +6,8 @@ import ast
 import threading
 from pathlib import Path
 
+from support.waits import joined, wait_until
+
 import lifecycle._core
 from lifecycle._core import CallGate
 
@@ -42,46 +44,40 @@ def test_close_refuses_new_calls_but_lets_a_running_thread_reenter():
     def worker():
         gate.enter()
         entered.set()
-        release.wait()
+        release.wait(30)
         results.append(gate.enter())  # nested call while closing
         gate.exit()
         gate.exit()
 
     thread = threading.Thread(target=worker)
     thread.start()
-    entered.wait()
+    assert entered.wait(30), "the worker did not enter"
     closer = threading.Thread(target=lambda: results.append(("closed", gate.close(10))))
     closer.start()
-    while not gate.closed:
-        pass
+    wait_until(lambda: gate.closed, "the gate closing")
     assert not gate.enter()  # a new caller is refused at once
     release.set()
-    thread.join()
-    closer.join()
+    joined(thread, closer)
     assert results == [2, ("closed", 0)]
     assert not gate.enter()
 
 
 def test_close_timeout_reopens_and_reports_calls_in_flight():
     gate = CallGate()
-    started, finish = threading.Event(), threading.Event()
+    finish = threading.Event()
 
     def worker():
         gate.enter()
-        started.set()
-        finish.wait()
+        finish.wait(30)
         gate.exit()
 
     threads = [threading.Thread(target=worker) for _ in range(3)]
     for thread in threads:
         thread.start()
-    started.wait()
-    while gate.in_flight() < 3:
-        pass
+    wait_until(lambda: gate.in_flight() == 3, "3 calls in flight")
     assert gate.close(0.05) == 3
     assert not gate.closed and gate.enter() == 1
     gate.exit()
     finish.set()
-    for thread in threads:
-        thread.join()
+    joined(*threads)
     assert gate.close(0) == 0

@@ -12,13 +12,14 @@ import json
 import pytest
 
 LAUNCHER = """
-import json, os, subprocess, sys
+import json, os, subprocess, sys, tempfile
 from lifecycle.distribute import free_ports
 ports = free_ports(2)
 cluster = {{"worker": [f"127.0.0.1:{{port}}" for port in ports]}}
+tried = os.path.join(tempfile.mkdtemp(), "tried")  # worker 0 made its dispose try
 workers = []
 for index in range(2):
-    env = {{**os.environ, "TF_CONFIG": json.dumps(
+    env = {{**os.environ, "DISPOSE_TRIED": tried, "TF_CONFIG": json.dumps(
         {{"cluster": cluster, "task": {{"type": "worker", "index": index}}}})}}
     workers.append(subprocess.Popen(
         [sys.executable, "-c", {worker!r}, {mode!r}], env=env,
@@ -72,8 +73,12 @@ if mode == "coordinated" or index == 0:
         report = model.dispose(coordinate=False)
         result["forced_bytes"] = report.bytes_released
     result["seconds"] = time.monotonic() - started
-else:
-    time.sleep(8)  # never disposes
+    open(os.environ["DISPOSE_TRIED"], "w").close()
+else:  # never disposes: stays up until worker 0's try is over
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.environ["DISPOSE_TRIED"]):
+        assert time.monotonic() < deadline, "worker 0 made no dispose try within 60 s"
+        time.sleep(0.05)
 result["shapes"] = sorted({tuple(l.read_value().shape) for l in leaves})
 result["state"] = model.state.name
 print(json.dumps(result), flush=True)
