@@ -95,4 +95,6 @@ def test_two_replicas_move_to_a_new_version_within_two_polls_without_a_failed_re
     assert '"POST /v1/models' not in outputs[1]
 
 
-pytestmark = pytest.mark.subprocess
+# Over 10 s; test_server_swaps.py runs a `lifecycle serve` child taking a new
+# version under traffic in the fast lane.
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
