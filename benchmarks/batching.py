@@ -44,7 +44,7 @@ import _harness
 import serve
 from _harness import Metric, Option, load, servers
 from _harness.servers import Server
-from hot_swap import INPUT_DIM, RequestThreads, build_mlp, latency_us
+from hot_swap import INPUT_DIM, build_mlp, latency_us
 
 MODES = ("off", "on", "ceiling")
 PARTS = ("in-process", "serve")
@@ -71,7 +71,7 @@ def measure_modes(
     registry: Any, modes: tuple[str, ...], request: Any, clients: int, args: argparse.Namespace
 ) -> dict[str, dict[str, Any]]:
     """``clients`` threads calling ``registry.predict`` on each mode in turn; per mode."""
-    threads = RequestThreads(lambda index: registry.predict(modes[index], request), clients)
+    threads = load.RequestThreads(lambda index: registry.predict(modes[index], request), clients)
     seconds = dict.fromkeys(modes, 0.0)
     counted = {mode: [0, 0, 0] for mode in modes if registry.status(mode)[0].batching}
 

@@ -45,6 +45,7 @@ from _harness import Metric, Option, load, servers
 SETTINGS = {"background": ["--loader_foreground_bytes", "0"], "default": []}
 SETTLE_SECONDS = (1.0, 2.0)  # after a version's first answer, before the next rename
 TARGET_SECONDS = 1.0
+STEADY, SWAPPING = 0, 1  # the request threads' phases
 HEADERS = {"Content-Type": "application/json"}
 
 
@@ -57,41 +58,32 @@ def run_swaps(args: argparse.Namespace) -> dict[str, Any]:
     [row] = json.loads(serve.request_body())["instances"]
     tensor = {"name": name, "shape": [1, len(row)], "datatype": "FP32", "data": row}
     body = json.dumps({"inputs": [tensor]}).encode()
-    stop = threading.Event()
-    answered: list[tuple[float, float]] = []  # (end, seconds) of each answered request
-    failures: list[str] = []
-    first_answer: dict[int, float] = {}
+    local, first_answer = threading.local(), {}
 
-    def client() -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        while not stop.is_set():
-            started = time.perf_counter()
-            try:
-                connection.request("POST", f"{path}/infer", body, HEADERS)
-                response = connection.getresponse()
-                data = response.read()
-                if response.status != 200:
-                    raise RuntimeError(f"status {response.status}: {data[:200]!r}")
-                version = int(json.loads(data)["model_version"])
-            except Exception as error:
-                failures.append(f"{type(error).__name__}: {error}"[:300])
-                connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-                continue
-            ended = time.perf_counter()
-            answered.append((ended, ended - started))
-            first_answer.setdefault(version, ended)
+    def infer(phase: int) -> None:
+        """One request on this thread's connection; the first answer by each version."""
+        if not hasattr(local, "connection"):
+            local.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            local.connection.request("POST", f"{path}/infer", body, HEADERS)
+            response = local.connection.getresponse()
+            data = response.read()
+        except Exception:
+            local.connection.close()
+            del local.connection
+            raise
+        if response.status != 200:
+            raise RuntimeError(f"status {response.status}: {data[:200]!r}")
+        first_answer.setdefault(int(json.loads(data)["model_version"]), time.perf_counter())
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
-    for thread in threads:
-        thread.start()
+    threads = load.RequestThreads(infer, args.clients)
     rng, base = random.Random(args.seed), Path(args.base)
     firsts: list[float] = []
     try:
         time.sleep(args.warmup)
-        steady = (time.perf_counter(), time.perf_counter() + args.seconds)
+        threads.recording = True
         time.sleep(args.seconds)
-        swapping_from = time.perf_counter()
+        threads.phase = SWAPPING
         for new in range(args.first_version, args.first_version + args.swaps):
             shutil.copytree(args.model, base / f".tmp-{new}")
             os.rename(base / f".tmp-{new}", base / str(new))
@@ -103,29 +95,22 @@ def run_swaps(args: argparse.Namespace) -> dict[str, Any]:
             firsts.append(first_answer[new] - renamed)
             time.sleep(rng.uniform(*SETTLE_SECONDS))
             shutil.rmtree(base / str(new - 1), ignore_errors=True)
-        swapping = (swapping_from, time.perf_counter())
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(load.STOP_TIMEOUT)
-
-    def p99(window: tuple[float, float]) -> float | None:
-        return _harness.percentiles(
-            [1000 * s for end, s in answered if window[0] <= end < window[1]], 99
-        )[0]
-
-    def ratio(over: float | None, under: float | None) -> float | None:
-        return over / under if over and under else None
-
+        threads.recording = False
+        threads.stop()
+    steady, swapping = (
+        _harness.percentiles([lat / 1e6 for _, lat, p in threads.recorded() if p == phase], 99)[0]
+        for phase in (STEADY, SWAPPING)
+    )
     return {
         "first_response_s": _harness.percentiles(firsts, 50)[0],
         "first_responses_s": firsts,
         "within_target": sum(s <= TARGET_SECONDS for s in firsts) / len(firsts),
-        "steady_p99_ms": p99(steady),
-        "swapping_p99_ms": p99(swapping),
-        "swapping_over_steady": ratio(p99(swapping), p99(steady)),
-        "failed": len(failures),
-        "errors": failures[:5],
+        "steady_p99_ms": steady,
+        "swapping_p99_ms": swapping,
+        "swapping_over_steady": swapping / steady if swapping and steady else None,
+        "failed": sum(map(len, threads.failed)),
+        "errors": threads.errors,
     }
 
 

@@ -17,11 +17,13 @@ failed request. Variants:
 A child samples its RSS every 2 ms; the baseline is the mean over the last
 0.5 s of a 1 s warm-up with one model served. Swapping children report the peak
 RSS over (baseline + one model), the RSS once one version is left over the
-baseline, each phase's time (load, promote, unload), how often a load started
-with the retired version still listed, the RSS growth per swap, and requests by
-the phase they started in (cases ``phase: ...``). Every child reports the
+baseline, each phase's median time (load, promote, unload), how often a load
+started with the retired version still listed, the RSS growth per swap, and
+requests by the phase they started in (cases ``phase: ...``); every swap's phase
+times and RSS at its load go into the JSON as ``series``. Every child reports the
 full collections (``gc.callbacks``) and the p99 of the requests that overlapped
-none, and requests over 20 ms.
+none, and requests over 20 ms (and those of them inside a collection). The
+report also gives the swapping variants' p99 over the steady registry's.
 
 Run (from the repository root, with the package and psutil installed)::
 
@@ -35,13 +37,12 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import _harness
-from _harness import MIB, Metric, Option
+from _harness import MIB, Metric, Option, load
 
 SWAPPING = ("swaps", "tuned", "frozen", "background")
 TUNED = ("tuned", "frozen", "background")
@@ -56,9 +57,7 @@ WARMUP_SECONDS = 1.0  # unmeasured serving; the RSS baseline is its last BASELIN
 BASELINE_SECONDS = 0.5
 SETTLE_SECONDS = 0.5  # over which the RSS after the drain is averaged
 DRAIN_TIMEOUT = 120.0
-JOIN_TIMEOUT = 60.0
 SLOW_MS = 20
-ERRORS_KEPT = 5
 PHASES = ("between swaps", "load", "promote", "unload")  # what the main thread does
 
 
@@ -88,84 +87,13 @@ def latency_us(latencies_ns: Sequence[int]) -> dict[str, float | None]:
     }
 
 
-class RequestThreads:
-    """``count`` threads calling ``serve(phase)`` back to back until stopped.
-
-    Every call is counted; while ``recording`` is set when it starts it is also
-    recorded: (start ns, latency ns, ``phase`` at its start). Every exception
-    counts as a failed request of that phase, and the thread goes on.
-    """
-
-    def __init__(self, serve: Callable[[int], object], count: int) -> None:
-        self.serve = serve
-        self.recording = False
-        self.phase = 0
-        self.records: list[list[tuple[int, int, int]]] = [[] for _ in range(count)]
-        self.requests = [0] * count
-        self.failed: list[list[int]] = [[] for _ in range(count)]  # phases of failures
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, args=(i,), name=f"request-{i}", daemon=True)
-            for i in range(count)
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(JOIN_TIMEOUT)
-        stuck = [t.name for t in self._threads if t.is_alive()]
-        if stuck:
-            raise RuntimeError(f"request threads still busy after {JOIN_TIMEOUT:g} s: {stuck}")
-
-    def recorded(self) -> list[tuple[int, int, int]]:
-        return [record for mine in self.records for record in mine]
-
-    def _run(self, index: int) -> None:
-        serve, clock, records = self.serve, time.perf_counter_ns, self.records[index]
-        while not self._stop.is_set():
-            recording, phase = self.recording, self.phase
-            started = clock()
-            try:
-                serve(phase)
-            except Exception as error:
-                self.failed[index].append(phase)
-                if len(self.errors) < ERRORS_KEPT:
-                    self.errors.append(f"{type(error).__name__}: {error}"[:300])
-            self.requests[index] += 1
-            if recording:
-                records.append((started, clock() - started, phase))
-
-
-class RssSampler(threading.Thread):
-    """Samples the process's RSS every 2 ms: (perf_counter seconds, bytes)."""
-
-    def __init__(self) -> None:
-        import psutil
-
-        super().__init__(name="rss-sampler", daemon=True)
-        self.memory_info = psutil.Process().memory_info
-        self.samples: list[tuple[float, int]] = []
-        self.stopping = threading.Event()
-        self.start()
-
-    def run(self) -> None:
-        while not self.stopping.wait(0.002):
-            self.samples.append((time.perf_counter(), self.memory_info().rss))
-
-    def window(self, start: float, end: float) -> list[int]:
-        return [rss for at, rss in list(self.samples) if start <= at < end]
-
-
 def swap_loop(
     registry: Any,
     factory: Callable[[], Any],
     request: Any,
-    threads: RequestThreads,
+    threads: load.RequestThreads,
     args: argparse.Namespace,
-    sampler: RssSampler,
+    sampler: load.RssSampler,
 ) -> dict[str, list[float]]:
     """Swap versions until ``--seconds`` passed and ``--min-swaps`` were made."""
     found: dict[str, list[float]] = {"load": [], "promote": [], "unload": [], "resident": []}
@@ -199,7 +127,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     if variant in TUNED:
         lc.tune_allocator()
     request = tf.constant(np.random.default_rng(0).standard_normal((1, INPUT_DIM), "float32"))
-    sampler = RssSampler()
+    sampler = load.RssSampler()
     registry = None
     factory = lambda: build_mlp(args.units)  # noqa: E731
     if variant == "direct":
@@ -208,11 +136,11 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         function = tf.function(lambda x: model(x, training=False), input_signature=[spec])
         function(request)  # traced before the threads start
         model_bytes = sum(v.numpy().nbytes for v in model.weights)
-        threads = RequestThreads(lambda _: function(request), args.threads)
+        threads = load.RequestThreads(lambda _: function(request), args.threads)
     else:
         registry = lc.ModelRegistry(name="bench", **REGISTRY_OPTIONS.get(variant, {}))
         model_bytes = registry.load(MODEL_NAME, 1, factory, warmup=request).bytes
-        threads = RequestThreads(lambda _: registry.predict(MODEL_NAME, request), args.threads)
+        threads = load.RequestThreads(lambda _: registry.predict(MODEL_NAME, request), args.threads)
     time.sleep(WARMUP_SECONDS)
     now = time.perf_counter()
     baseline = statistics.fmean(sampler.window(now - BASELINE_SECONDS, now)) / MIB
@@ -309,7 +237,7 @@ BENCHMARK = _harness.Benchmark(
         Metric("p50_us", "µs", ".0f", "p50 µs", ratio=False),
         Metric("p99_us", "µs", ".0f", "p99 µs"),
         Metric("failed_requests", "", ".0f", "failed", ratio=False),
-        Metric("swaps", "", ".0f", "swaps", ratio=False),
+        Metric("swaps", "", ".0f", "swaps", False, "rss_mib_at_load"),  # RSS at each load
         Metric("peak_over_old_new", "x", ".3f", "peak RSS / (old+new)", ratio=False),
         Metric("drained_over_one", "x", ".3f", "RSS drained / one model", ratio=False),
         Metric("load_ms", "ms", ".0f", "load ms", False, "load_ms_per_swap"),
@@ -317,7 +245,7 @@ BENCHMARK = _harness.Benchmark(
         Metric("unload_ms", "ms", ".1f", "unload ms", False, "unload_ms_per_swap"),
         Metric("drain_ms", "ms", ".0f", "drain ms", ratio=False),
         Metric("loads_with_retired_listed", "", ".0f", "loads, retired listed", ratio=False),
-        Metric("rss_mib_per_swap", "MiB", "+.2f", "RSS MiB/swap", False, "rss_mib_at_load"),
+        Metric("rss_mib_per_swap", "MiB", "+.2f", "RSS MiB/swap", ratio=False),
         Metric("p999_us", "µs", ".0f", "p99.9 µs", ratio=False),
         Metric("max_ms", "ms", ".1f", "max ms", ratio=False),
         Metric("p99_outside_gc_us", "µs", ".0f", "p99 outside gc µs", ratio=False),

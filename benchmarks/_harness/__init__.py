@@ -21,10 +21,12 @@ variant. Its ``main`` is ``_harness.main(BENCHMARK)``; everything else is here:
 
 A child's result is a mapping of metric keys to numbers (one case), or
 ``{"cases": {case: {metric: number}}}`` plus any other keys, which only the
-script's ``notes`` read. Nothing here imports TensorFlow, so neither does a parent.
+script's ``notes`` read, or lists a :class:`Metric` names as its ``series``. Nothing here imports TensorFlow, so neither does a parent.
 Medians, percentiles and collections are in :mod:`_harness.stats`, the report
-and the result file in :mod:`_harness.report`; the benchmarks that measure
-servers start, wait for and stop them with :mod:`_harness.servers`.
+and the result file in :mod:`_harness.report` (with the per-round ratios that
+judge targets); the benchmarks that measure servers start, wait for and stop
+them with :mod:`_harness.servers`, and load them, closed-loop threads or
+Locust, while swapping models, with :mod:`_harness.load`.
 """
 
 from __future__ import annotations
@@ -146,26 +148,25 @@ class Benchmark:
 # ----------------------------------------------------------------- command line
 
 
-def positive_int(text: str) -> int:
-    """An ``argparse`` type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer of at least 1; got {text!r}")
-    return value
+def checked(kind: type, ok: Callable[[Any], bool], what: str) -> Callable[[str], Any]:
+    """An ``argparse`` type: ``kind(text)`` if ``ok`` of it, else an error saying ``what``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
+        return value
+
+    return parse
 
 
-def positive_float(text: str) -> float:
-    """An ``argparse`` type: a number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number above 0; got {text!r}")
-    return value
+positive_int = checked(int, lambda value: value >= 1, "an integer of at least 1")
+positive_float = checked(float, lambda value: value > 0, "a number above 0")
+# ResNet50's smallest input.
+image_side = checked(int, lambda value: value >= 32, "at least 32 (ResNet50's minimum)")
 
 
 def positive_ints(text: str) -> list[int]:
@@ -184,14 +185,6 @@ def names(choices: Sequence[str]) -> Callable[[str], list[str]]:
         return picked
 
     return parse
-
-
-def image_side(text: str) -> int:
-    """An ``argparse`` type: an image side ResNet50 accepts (at least 32)."""
-    value = positive_int(text)
-    if value < 32:
-        raise argparse.ArgumentTypeError(f"must be at least 32 (ResNet50's minimum); got {text!r}")
-    return value
 
 
 def parse_args(bench: Benchmark, argv: Sequence[str] | None = None) -> argparse.Namespace:

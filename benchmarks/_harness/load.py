@@ -1,4 +1,8 @@
-"""Load on servers: Locust clients in a child, their measured slices, swaps during them.
+"""Load: request threads in this process; on servers, Locust clients and swaps.
+
+:class:`RequestThreads` call a function back to back from threads, each call
+timed and tagged with the phase it started in (closed-loop load in one
+process); :class:`RssSampler` samples this process's RSS meanwhile.
 
 :func:`run_load` is what the server benchmarks share: a child process
 (``python -m _harness.load SPEC``) runs ``clients`` Locust ``FastHttpUser``s
@@ -35,6 +39,7 @@ ERRORS_KEPT = 5
 SWAP_TIMEOUT = 120.0
 STATUS_POLL = 0.1
 RSS_SETTLE = 0.5  # after a swap, before the server's RSS is read
+JOIN_TIMEOUT = 60.0  # request threads finishing their call in flight
 
 
 def latency_ms(times: Sequence[float]) -> dict[str, float | None]:
@@ -119,6 +124,80 @@ def locust(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ the parent
+
+
+class RequestThreads:
+    """``count`` threads calling ``serve(phase)`` back to back until stopped.
+
+    Every call is counted; while ``recording`` is set when it starts it is also
+    recorded: (start ns, latency ns, ``phase`` at its start). Every exception
+    counts as a failed request of that phase, and the thread goes on.
+    """
+
+    def __init__(self, serve: Callable[[int], object], count: int) -> None:
+        self.serve = serve
+        self.recording = False
+        self.phase = 0
+        self.records: list[list[tuple[int, int, int]]] = [[] for _ in range(count)]
+        self.requests = [0] * count
+        self.failed: list[list[int]] = [[] for _ in range(count)]  # phases of failures
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"request-{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(JOIN_TIMEOUT)
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        if stuck:
+            raise RuntimeError(f"request threads still busy after {JOIN_TIMEOUT:g} s: {stuck}")
+
+    def recorded(self) -> list[tuple[int, int, int]]:
+        return [record for mine in self.records for record in mine]
+
+    def _run(self, index: int) -> None:
+        serve, clock, records = self.serve, time.perf_counter_ns, self.records[index]
+        while not self._stop.is_set():
+            recording, phase = self.recording, self.phase
+            started = clock()
+            try:
+                serve(phase)
+            except Exception as error:
+                self.failed[index].append(phase)
+                if len(self.errors) < ERRORS_KEPT:
+                    self.errors.append(f"{type(error).__name__}: {error}"[:300])
+            self.requests[index] += 1
+            if recording:
+                records.append((started, clock() - started, phase))
+
+
+class RssSampler(threading.Thread):
+    """Samples the process's RSS every 2 ms: (perf_counter seconds, bytes)."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        super().__init__(name="rss-sampler", daemon=True)
+        self.memory_info = psutil.Process().memory_info
+        self.samples: list[tuple[float, int]] = []
+        self.stopping = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.002):
+            self.samples.append((time.perf_counter(), self.memory_info().rss))
+
+    def window(self, start: float, end: float) -> list[int]:
+        return [rss for at, rss in list(self.samples) if start <= at < end]
+
+
+# ------------------------------------------------------------ load on servers
 
 
 @dataclass
