@@ -21,9 +21,14 @@ the servers' order rotating:
   requests/s, p50, p99, server CPU per request (the process tree's);
 * swaps (``swaps, N clients``, the largest N, v2): the same while the model is
   swapped back to back (``--swap-every``): for lifecycle a new version
-  directory then a repository load, for the peers a repository load;
+  directory then a repository load, for the peers a repository load; swaps
+  finished in the window, and those finishing after it;
 * memory (``memory``): without load, ``--cycles`` repository unload + load + one
-  request, the tree's RSS ``--settle`` s after each: MiB per cycle (slope).
+  request, the tree's RSS ``--settle`` s after each: MiB per cycle (slope; every
+  reading in the JSON as ``series``, and the slope over all rounds' cycles in
+  the report), the RSS before the first cycle and after the last.
+
+The report names the peers' package versions.
 
 Servers are compared with lifecycle serve within each round.
 
@@ -268,14 +273,15 @@ def memory(server: Server, args: argparse.Namespace) -> dict[str, Any]:
 
 def collect(args: argparse.Namespace) -> _harness.Runs:
     pythons: dict[str, Path | None] = {"lifecycle": None}
-    args.skipped = []
+    args.peer_notes = []
     for name in ("kserve", "mlserver"):
         python, why = peer_python(name, getattr(args, f"{name}_venv"))
         if name in args.variants and python is None:
-            args.skipped.append(f"{name} skipped: {why}")
+            args.peer_notes.append(f"{name} skipped: {why}")
         elif python is not None:
             pythons[name] = python
-            args.skipped.append(f"{name}'s virtualenv: {why}")
+            if name in args.variants:
+                args.peer_notes.append(f"{name}'s virtualenv: {why}")
     names = [name for name in args.variants if name in pythons]
     with servers.workspace("lifecycle-peers-bench-") as (work, running):
         logs = work / "logs"
@@ -315,7 +321,7 @@ def collect(args: argparse.Namespace) -> _harness.Runs:
 
 def notes(runs: _harness.Runs, args: argparse.Namespace) -> list[str]:
     """The peers skipped or their versions, each server's RSS slope over every round, errors."""
-    lines = list(getattr(args, "skipped", []))
+    lines = list(getattr(args, "peer_notes", []))
     for name in args.variants:
         results = [run[name]["cases"] for run in runs if run.get(name)]
         joined = [

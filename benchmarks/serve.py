@@ -13,17 +13,19 @@ own process:
         and ``uvloop`` that raise ImportError come first on its path
 
 Every request is the TF Serving REST call ``POST /v1/models/mlp:predict`` of
-one row. The load is Locust, as a library, in a child process per phase:
-``--clients`` ``FastHttpUser``s without wait, ``--warmup`` s, then ``--seconds``
-measured; each request is timed from Locust's ``request`` event, a request
-fails if it raises or is not answered 200 (warm-ups too); see ``_harness.load``.
-Only the servers ``--variants`` picks start; they stay up, and each round runs a
-phase per server, the order rotating. Per phase: requests/s,
-p50/p99/p99.9, the server's CPU per request and the load generator's CPU
-(psutil). A swap is a version written until it alone is served, ``AVAILABLE``;
-then the RSS of (c) 0.5 s later (every swap's in the JSON, the ``series`` of
-``rss_after_swap_1_mib``). If the rounds end with fewer than ``--min-swaps`` swaps
-under load, further (c) phases run (their failed requests and p99 in case ``swaps``).
+one row. The load is Locust, as a library, in a child process per phase
+(``_harness.load``): ``--clients`` ``FastHttpUser``s without wait, ``--warmup``
+s, then ``--seconds`` measured; a request fails if it raises or is not answered
+200 (warm-ups too). Only the servers ``--variants`` picks start; they stay up,
+and each round runs a phase per server, the order rotating. Per phase:
+requests/s, p50/p99/p99.9, the server's CPU per request, the load generator's
+CPU (psutil) and the load average at its start. In (c) a swap starts every
+``--swap-every`` s while the window is open: a version written until it alone
+is served, ``AVAILABLE``; then the RSS of (c) 0.5 s later (every swap's in the
+JSON, the ``series`` of ``rss_after_swap_1_mib``); a swap finishing after the
+window is counted apart. If the rounds end with fewer than ``--min-swaps`` swaps
+under load, further (c) phases run (their number, failed requests and median
+p99 in case ``swaps``).
 b is compared with a, c and d with b. Targets: b >= 0.95x a's requests/s and
 <= 1.1x its p99; c's p99 <= 1.5x b's; no failed request over >= 50 swaps; RSS
 after swap 50 within 10 % of after swap 1.

@@ -58,6 +58,8 @@ def check_document(document: dict, benchmark: str) -> None:
         assert case["min"] <= case["median"] <= case["max"], case
         assert case["baseline"] is None or isinstance(case["baseline"], str), case
         assert (case["ratio"] is None) == (case["baseline"] is None), case
+        # Optional: one list per round of what the number was taken from.
+        assert all(isinstance(one, list) for one in case.get("series", [])), case
 
 
 # ------------------------------------------------------------------------ harness

@@ -21,7 +21,8 @@ variant. Its ``main`` is ``_harness.main(BENCHMARK)``; everything else is here:
 
 A child's result is a mapping of metric keys to numbers (one case), or
 ``{"cases": {case: {metric: number}}}`` plus any other keys, which only the
-script's ``notes`` read, or lists a :class:`Metric` names as its ``series``. Nothing here imports TensorFlow, so neither does a parent.
+script's ``notes`` read, or lists a :class:`Metric` names as its ``series``.
+Nothing here imports TensorFlow, so neither does a parent.
 Medians, percentiles and collections are in :mod:`_harness.stats`, the report
 and the result file in :mod:`_harness.report` (with the per-round ratios that
 judge targets); the benchmarks that measure servers start, wait for and stop
