@@ -367,6 +367,37 @@ def test_the_stalls_targets_are_judged_within_each_round(load_script):
     assert module.targets([], args)[0].endswith(": not measured")
 
 
+def test_request_threads_tag_calls_by_phase_and_the_swapper_raises_a_failed_swap_once():
+    load = importlib.import_module("_harness.load")
+
+    def call(phase):
+        time.sleep(0.001)
+        if phase == 1:
+            raise ValueError("boom")
+
+    threads = load.RequestThreads(call, 2)
+    threads.recording = True
+    time.sleep(0.05)
+    threads.phase = 1
+    time.sleep(0.05)
+    threads.stop()
+    phases = {phase for _, _, phase in threads.recorded()}
+    assert phases == {0, 1} and threads.failed[0] and set(threads.failed[0]) == {1}
+    assert threads.errors[0] == "ValueError: boom"
+
+    swapper = load.Swapper(lambda: time.sleep(0.01), every=0.02)
+    swapper.start()
+    time.sleep(0.1)
+    swapper.stop()
+    assert swapper.under_load() >= 2 and all(rss is None for *_, rss in swapper.swaps)
+    failing = load.Swapper(lambda: 1 / 0, every=0.01)
+    failing.start()
+    time.sleep(0.05)
+    with pytest.raises(RuntimeError, match="a swap failed: ZeroDivisionError"):
+        failing.stop()
+    failing.stop()  # raised once
+
+
 def test_collections_are_timed_by_thread_and_generation():
     watch = _harness.Collections()
     gc.collect()

@@ -229,8 +229,9 @@ class Swapper:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(SWAP_TIMEOUT)
-        if self.error is not None:
-            raise RuntimeError(f"a swap failed: {self.error!r}") from self.error
+        error, self.error = self.error, None  # raised once
+        if error is not None:
+            raise RuntimeError(f"a swap failed: {error!r}") from error
 
     def under_load(self) -> int:
         return sum(inside for _, inside, _ in self.swaps)
