@@ -272,7 +272,10 @@ def test_lifecycle_allocator_system_is_applied_before_tensorflow_starts(run_chil
     assert result["allocator"] in ("onednn-system", "tensorflow")
 
 
+# Two children, ~10 s; a choice made in a child stays in the fast lane
+# (test_lifecycle_allocator_system_is_applied_before_tensorflow_starts).
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_keras_imported_first_leaves_time_for_the_choice_but_a_tensor_does_not(run_child):
     import json
 
@@ -289,7 +292,10 @@ def test_keras_imported_first_leaves_time_for_the_choice_but_a_tensor_does_not(r
     assert result["allocator"] in ("onednn-pool", "tensorflow")
 
 
+# Two children, ~10 s; a choice made in a child stays in the fast lane
+# (test_lifecycle_allocator_system_is_applied_before_tensorflow_starts).
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_the_users_own_variables_are_never_overridden(run_child):
     result = choice_in_child(
         run_child,
