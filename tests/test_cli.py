@@ -279,7 +279,7 @@ def test_a_failed_self_check_prints_the_error_and_exits_1(app, monkeypatch):
     def moved():
         raise lc.CompatibilityError("the internal check 'X' failed")
 
-    monkeypatch.setattr(lc, "check_compatibility", moved)
+    monkeypatch.setattr(lc.introspection, "check_compatibility", moved)
     result = runner.invoke(app, ["version", "--check"])
     assert result.exit_code == 1
     assert "self-check failed: the internal check 'X' failed" in result.output
@@ -557,6 +557,40 @@ def test_allocator_flag_wins_then_the_users_variable_then_system():
         choose_allocator("pool", {})
     with pytest.raises(typer.BadParameter, match="got 'jemalloc'"):
         choose_allocator(None, {"LIFECYCLE_ALLOCATOR": "jemalloc"})
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("variable", "flag", "applied"),
+    [(None, None, "system"), ("no-onednn", "system", "system"), ("tensorflow", None, "tensorflow")],
+)
+def test_the_commands_choice_takes_effect_after_import_lifecycle_ran(variable, flag, applied):
+    """The command runs inside the package, so ``import lifecycle`` read the variable first."""
+    code = f"""
+import os, sys
+import lifecycle as lc
+from lifecycle.cli._allocator import choose_allocator
+choose_allocator({flag!r})
+assert "tensorflow" not in sys.modules
+choice = lc.tuning.allocator_choice()
+print(choice.name, choice.applied, os.environ.get("TF_ONEDNN_USE_SYSTEM_ALLOCATOR"),
+      os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
+"""
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("TF_", "MALLOC_", "GLIBC_", "LIFECYCLE_"))
+    }
+    if variable is not None:
+        environ["LIFECYCLE_ALLOCATOR"] = variable
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environ, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    name, done, system, onednn = result.stdout.split()
+    assert (name, done) == (applied, "True")
+    assert system == ("1" if applied == "system" else "None")
+    assert onednn == "None"  # a variable the first choice set is not kept as the user's
 
 
 def test_serve_and_soak_offer_the_allocator_and_refuse_an_unknown_one(app):

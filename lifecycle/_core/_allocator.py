@@ -141,6 +141,9 @@ def use_allocator(
         if reason:
             _choice = AllocatorChoice(name, applied=False, reason=reason)
             return _choice
+        if _choice is not None:  # what an earlier choice set is not the user's
+            for variable, _ in _choice.tensorflow_settings:
+                environ.pop(variable, None)
         wanted = _TENSORFLOW_SETTINGS[name]
         kept = tuple(variable for variable in _TENSORFLOW_VARIABLES if variable in environ)
         tensorflow_settings = () if kept else tuple(wanted.items())

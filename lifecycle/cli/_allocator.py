@@ -42,7 +42,11 @@ def allocator_option() -> typer.models.OptionInfo:
 
 
 def choose_allocator(flag: str | None, environ: MutableMapping[str, str] | None = None) -> str:
-    """Set ``LIFECYCLE_ALLOCATOR``: the flag if given, else the user's variable, else the default.
+    """Choose the allocator: the flag if given, else the user's variable, else the default.
+
+    Sets ``LIFECYCLE_ALLOCATOR`` for the children the command runs and, for
+    ``os.environ``, applies the choice in this process (TensorFlow is not
+    imported yet).
 
     Args:
         flag: The ``--allocator`` value, or ``None``.
@@ -63,4 +67,10 @@ def choose_allocator(flag: str | None, environ: MutableMapping[str, str] | None 
         hint = f"'{ALLOCATOR.flag}'" if flag is not None else variable
         raise typer.BadParameter(str(error), param_hint=hint) from None
     environ[variable] = chosen
+    if environ is os.environ:
+        # `import lifecycle` ran before the flag was read: apply the choice now,
+        # unless the variable already made it (TensorFlow is not imported yet).
+        current = _allocator.current_choice()
+        if current is None or current.name != chosen:
+            _allocator.use_allocator(chosen)
     return chosen
