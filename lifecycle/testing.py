@@ -37,6 +37,10 @@ class LeakCheck:
         """Remember what exists now; it is not blamed on the checked code."""
         from . import _model_index
 
+        # Imported now: importing it while checking allocates enough to start a
+        # collection, which would free (and hide) a model left live but unreachable.
+        from .monitoring import _leaks  # noqa: F401
+
         self._before = {id(model) for model in _model_index.managed_models()}
         return self
 
