@@ -11,6 +11,7 @@ starts, in this process and in the children it runs.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import MutableMapping
 
 import typer
@@ -67,9 +68,10 @@ def choose_allocator(flag: str | None, environ: MutableMapping[str, str] | None 
         hint = f"'{ALLOCATOR.flag}'" if flag is not None else variable
         raise typer.BadParameter(str(error), param_hint=hint) from None
     environ[variable] = chosen
-    if environ is os.environ:
+    if environ is os.environ and "tensorflow" not in sys.modules:
         # `import lifecycle` ran before the flag was read: apply the choice now,
-        # unless the variable already made it (TensorFlow is not imported yet).
+        # unless the variable already made it. (A command run in a process that
+        # already runs TensorFlow, as in tests, changes only what its children get.)
         current = _allocator.current_choice()
         if current is None or current.name != chosen:
             _allocator.use_allocator(chosen)
