@@ -191,6 +191,7 @@ def mapped_after_drop(**settings: str) -> int:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps an allocator child
 def test_onednn_pools_released_blocks_unless_told_to_use_the_system_allocator():
     # What docs/sweeps.md tells sweep users, checked against TensorFlow itself:
     # with oneDNN on (the default on x86 Linux), TensorFlow's CPU allocator keeps a
@@ -359,6 +360,7 @@ def dispose_in_child(run_child, **env: str) -> dict:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps an allocator child
 def test_with_onednns_pool_memory_is_reused_and_the_pooled_bytes_reported(run_child):
     result = dispose_in_child(run_child)  # TensorFlow's defaults
     if result["allocator"] != "onednn-pool":
@@ -375,6 +377,7 @@ def test_with_onednns_pool_memory_is_reused_and_the_pooled_bytes_reported(run_ch
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps an allocator child
 def test_with_lifecycle_allocator_system_dispose_gives_memory_back(run_child):
     result = dispose_in_child(run_child, LIFECYCLE_ALLOCATOR="system")
     cycles = result["cycles"]

@@ -327,6 +327,7 @@ tf.config.list_physical_devices()
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # other command children stay in the fast lane
 def test_the_command_hides_tensorflows_startup_notices_and_keeps_its_errors():
     from lifecycle.cli._quiet import gpu_present
 

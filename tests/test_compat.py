@@ -327,6 +327,7 @@ def test_a_moved_internal_fails_import_loudly(run_child):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps a self-check child
 def test_a_renamed_model_method_does_not_break_import(run_child):
     out = run_child(
         """
@@ -394,6 +395,7 @@ def test_the_internals_doc_lists_every_check_by_name():
     assert not missing, missing
 
 
+@pytest.mark.slow  # the fast lane keeps a self-check child
 def test_the_first_check_leaves_the_global_random_generators_as_it_found_them(run_child):
     """A seeded run draws the same numbers whether the library checked itself in between."""
     out = run_child(
@@ -480,6 +482,7 @@ def test_the_library_works_under_warnings_as_errors(run_child):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps a self-check child
 def test_the_checks_leave_no_graph_no_registry_entry_and_no_frozen_heap(run_child):
     # The probes' traced graphs and gradient-registry entries (the probe's own
     # signature registered one when it was traced for the save) go with the

@@ -171,6 +171,7 @@ def test_import_lifecycle_imports_no_tensorflow_until_a_name_needs_it(run_child)
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps a lazy-import child
 def test_after_keras_import_lifecycle_registers_managed_model_for_load_model(run_child, tmp_path):
     import keras
 

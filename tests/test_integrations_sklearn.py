@@ -190,6 +190,7 @@ def test_the_mixin_manages_any_wrapper_that_keeps_model_():
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # cross_val_score stays in the fast lane
 def test_scikeras_replaces_keras_pickling_and_the_self_check_says_so(run_child):
     # scikeras (no longer maintained; the docs say why the managed classes build on
     # Keras's own wrappers) replaces keras.Model's pickling for the whole process when

@@ -78,6 +78,7 @@ def trace(model):
     return function.get_concrete_function(tf.TensorSpec([None, 4]))
 
 
+@pytest.mark.slow  # other leak reports stay in the fast lane
 def test_graphs_that_captured_a_disposed_model_are_reported(app_cache):
     model = make("traced")
     app_cache.CACHE["fn"] = trace(model)

@@ -196,6 +196,7 @@ def test_a_disposed_model_refuses_to_be_pickled_or_copied(kind, copier):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # in-process pickling stays in the fast lane
 def test_another_process_unpickles_without_the_original_session(tmp_path, run_child):
     managed = lc.manage(sequential())
     declared = two_inputs(lc.ManagedModel)

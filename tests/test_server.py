@@ -587,6 +587,7 @@ def test_lifecycle_serve_answers_then_exits_0_on_sigterm(models_root, tmp_path):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps a lifecycle serve child
 def test_lifecycle_serve_that_cannot_load_its_models_says_so_in_one_line(tmp_path):
     """A model the server cannot serve is one line and exit 1, not uvicorn's traceback."""
     (tmp_path / "empty").mkdir()
@@ -618,6 +619,7 @@ def test_lifecycle_serve_that_cannot_load_its_models_says_so_in_one_line(tmp_pat
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the fast lane keeps a lifecycle serve child
 def test_thread_counts_are_set_before_tensorflow_runs_and_refused_after(run_child):
     out = run_child(
         """
