@@ -470,6 +470,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # a script through real child processes stays in the fast lane
 def test_the_served_batching_part_takes_turns_each_server_by_its_own_requests(load_script):
     module = load_script("batching")
     servers = importlib.import_module("_harness.servers")

@@ -78,6 +78,7 @@ print(_tf.is_released(far), _tf.is_released(near), tf.shape(far.read_value()).nu
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # the mirrored test keeps a release on several devices in the fast lane
 def test_a_release_runs_on_each_buffers_device_whatever_the_callers_scope(run_child):
     # Local buffers are released with no device asked for (so the release reuses
     # the kernels their creation built); TensorFlow places each on its buffer's device.

@@ -55,6 +55,7 @@ def test_nothing_planted_nothing_reported(app_cache):
     assert "no leaks" in str(lc.find_leaks())
 
 
+@pytest.mark.slow  # other leak reports stay in the fast lane
 def test_a_report_iterates_over_its_leaks(app_cache):
     for name in ("first", "second"):
         model = make(name)
@@ -90,6 +91,7 @@ def test_graphs_that_captured_a_disposed_model_are_reported(app_cache):
     assert str(graphs[0]) == "module app.cache → .CACHE → dict['fn'] → FuncGraph '<lambda>'"
 
 
+@pytest.mark.slow  # other leak reports stay in the fast lane
 def test_check_disposed_counts_module_holders_only(app_cache):
     model = make("held")
     model.dispose()

@@ -447,7 +447,11 @@ def user_keras_state():
     keras.config.enable_interactive_logging()
 
 
-@pytest.mark.parametrize("closing_thread", ["same thread", "another thread"])
+@pytest.mark.parametrize(
+    "closing_thread",
+    # The clear_session test below closes in another thread in the fast lane.
+    ["same thread", pytest.param("another thread", marks=pytest.mark.slow)],
+)
 def test_the_default_close_harms_no_unmanaged_model(closing_thread, user_keras_state):
     settle_default_session()
     inputs = keras.Input((8,))

@@ -65,6 +65,7 @@ def traced_graphs():
     return lc.statistics().live_traced_graphs
 
 
+@pytest.mark.slow  # other statistics stay in the fast lane
 def test_live_traced_graphs_follow_a_models_traces_and_dispose():
     # Other tests' dropped models are cleaned first, so that only this model's
     # graphs come and go below.
