@@ -144,6 +144,10 @@ __all__ = [
     "statistics",
 ]
 
+from . import errors as _errors  # noqa: E402 (after the allocator is chosen)
+from . import introspection as _introspection  # noqa: E402
+from . import tuning as _tuning  # noqa: E402
+
 # Where each name lives, imported on first use; the TYPE_CHECKING imports above
 # say the same for type checkers (tests/test_exports.py keeps the two equal).
 _EVERYDAY = {
@@ -166,46 +170,13 @@ _EVERYDAY = {
     ),
     "._serving": ("ServingFunction", "serving_function"),
     "._session": ("LifecycleSession", "current_session"),
-    ".errors": (
-        "BudgetExceededError",
-        "CheckpointError",
-        "CompatibilityError",
-        "CoordinationError",
-        "DisposeInProgressError",
-        "DisposedError",
-        "DrainTimeoutError",
-        "LifecycleError",
-        "LoadError",
-        "NotAModelError",
-        "QueueFullError",
-        "UnavailableError",
-        "UnknownModelError",
-    ),
+    ".errors": tuple(_errors.__all__),
     ".monitoring": ("LeakReport", "Statistics", "check_disposed", "find_leaks", "statistics"),
 }
 # The names that moved to lifecycle.tuning and lifecycle.introspection, still
-# importable here under their old names (not in __all__).
-_MOVED = {
-    ".introspection": (
-        "BatchingStatistics",
-        "CleanerStatistics",
-        "CompatibilityReport",
-        "DeviceRelease",
-        "ModelStatistics",
-        "RegistryStatistics",
-        "SessionStatistics",
-        "check_compatibility",
-    ),
-    ".tuning": (
-        "DEFAULT_DISPOSE_TIMEOUT",
-        "DEFAULT_PRESSURE_THRESHOLD",
-        "DEFAULT_TRIM_THRESHOLD",
-        "AllocatorChoice",
-        "AllocatorSettings",
-        "allocator_choice",
-        "tune_allocator",
-    ),
-}
+# importable here under their old names (not in __all__). Neither module imports
+# TensorFlow: their names, too, are imported on first use.
+_MOVED = {".introspection": tuple(_introspection.__all__), ".tuning": tuple(_tuning.__all__)}
 _SUBPACKAGES = (
     "distribute",
     "errors",
