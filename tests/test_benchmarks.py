@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.waits import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -377,22 +378,22 @@ def test_request_threads_tag_calls_by_phase_and_the_swapper_raises_a_failed_swap
 
     threads = load.RequestThreads(call, 2)
     threads.recording = True
-    time.sleep(0.05)
+    wait_until(lambda: threads.recorded(), "a call recorded in phase 0")
     threads.phase = 1
-    time.sleep(0.05)
+    wait_until(lambda: all(threads.failed), "a failed call on each thread in phase 1")
     threads.stop()
     phases = {phase for _, _, phase in threads.recorded()}
-    assert phases == {0, 1} and threads.failed[0] and set(threads.failed[0]) == {1}
+    assert phases == {0, 1} and set(threads.failed[0]) == {1}
     assert threads.errors[0] == "ValueError: boom"
 
     swapper = load.Swapper(lambda: time.sleep(0.01), every=0.02)
     swapper.start()
-    time.sleep(0.1)
+    wait_until(lambda: swapper.under_load() >= 2, "two swaps under load")
     swapper.stop()
     assert swapper.under_load() >= 2 and all(rss is None for *_, rss in swapper.swaps)
     failing = load.Swapper(lambda: 1 / 0, every=0.01)
     failing.start()
-    time.sleep(0.05)
+    wait_until(lambda: failing.error is not None, "the failed swap")
     with pytest.raises(RuntimeError, match="a swap failed: ZeroDivisionError"):
         failing.stop()
     failing.stop()  # raised once
@@ -401,8 +402,9 @@ def test_request_threads_tag_calls_by_phase_and_the_swapper_raises_a_failed_swap
 def test_collections_are_timed_by_thread_and_generation():
     watch = _harness.Collections()
     gc.collect()
-    threading.Thread(target=gc.collect, name="other").start()
-    time.sleep(0.2)
+    other_thread = threading.Thread(target=gc.collect, name="other")
+    other_thread.start()
+    other_thread.join(60)
     watch.active = False
     gc.collect()
     watch.close()
