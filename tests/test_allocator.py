@@ -368,9 +368,11 @@ def test_with_onednns_pool_memory_is_reused_and_the_pooled_bytes_reported(run_ch
     cycles = result["cycles"]
     owned = cycles[0]["owned"]
     assert all(cycle["pooled"] for cycle in cycles), "DisposeReport.pooled should say so"
-    # Reused, not grown: cycles 2-4 fit into what the first ones left in the pool.
+    # Reused, not grown: cycles 2-4 fit into what the first ones left in the pool. Kept
+    # nothing, the pool would grow by the model's bytes a cycle (2 x 72 MiB); measured
+    # here, 11-31 MiB over the 2 cycles in 6 runs (the pool's regions grow by doubling).
     grown = cycles[-1]["after"] - cycles[1]["after"]
-    assert grown < 0.25 * owned, f"RSS grew {grown:.1f} MiB over 2 cycles ({owned:.0f} MiB model)"
+    assert grown < 0.5 * owned, f"RSS grew {grown:.1f} MiB over 2 cycles ({owned:.0f} MiB model)"
     # Where the memory is: the pool holds at least the disposed model's buffers.
     assert result["pooled_mib"] >= owned, result
     assert "oneDNN's CPU pool" in result["leaks"] and "no leaks" in result["leaks"]
