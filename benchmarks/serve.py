@@ -117,7 +117,7 @@ def measure(role: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def lifecycle_serve(port: int, base: Path, *flags: str) -> list[str]:
     """The command of ``lifecycle serve`` on ``port`` for ``base``, REST only."""
-    command = [sys.executable, "-m", "lifecycle.cli", "serve"]
+    command = [str(Path(sys.executable).with_name("lifecycle")), "serve"]  # as users run it
     command += ["--rest_api_port", str(port), "--port", "0", "--model_name", MODEL_NAME]
     return [*command, "--model_base_path", str(base), *flags]
 

@@ -636,6 +636,26 @@ def test_the_commands_do_not_import_the_application():
 
 
 @pytest.mark.subprocess
+def test_the_installed_command_answers_help_without_importing_tensorflow():
+    """What a user types; the import log shows what ``--help`` loads (no timing)."""
+    from support.servers import LIFECYCLE
+
+    result = subprocess.run(
+        [LIFECYCLE, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "serve" in result.stdout and "soak" in result.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+    assert "lifecycle.cli" in imported  # the log is there
+    heavy = {"tensorflow", "keras", "numpy", "grpc", "uvicorn"} & imported
+    assert not heavy, heavy
+
+
+@pytest.mark.subprocess
 def test_python_m_lifecycle_cli_is_the_command():
     result = subprocess.run(
         [sys.executable, "-m", "lifecycle.cli", "--help"],

@@ -32,6 +32,7 @@ from starlette.routing import Route
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 
+from .._core._checks import LABEL_SYNTAX
 from .._registry import ServingSignature, VersionState, VersionStatus
 from ._auth import http_sticky_key
 from ._errors import BadRequestError
@@ -52,7 +53,7 @@ SIGNATURE = "serving_default"
 
 _PATH = re.compile(
     r"(?P<name>[^/:]+)"
-    r"(?:/versions/(?P<version>\d+)|/labels/(?P<label>[a-zA-Z0-9_]+))?"
+    rf"(?:/versions/(?P<version>\d+)|/labels/(?P<label>{LABEL_SYNTAX}))?"
     r"(?:(?P<metadata>/metadata)|:(?P<verb>[a-z]+))?"
 )
 

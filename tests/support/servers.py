@@ -180,8 +180,10 @@ class Served(subprocess.Popen):
         return "".join(self.lines)
 
 
-SERVE = [sys.executable, "-m", "lifecycle.cli", "serve"]
-"""The ``lifecycle serve`` command, run by this interpreter."""
+LIFECYCLE = str(Path(sys.executable).with_name("lifecycle"))
+"""The ``lifecycle`` console script installed beside this interpreter: what users run."""
+SERVE = [LIFECYCLE, "serve"]
+"""The ``lifecycle serve`` command."""
 
 
 @contextlib.contextmanager
