@@ -736,6 +736,11 @@ def test_lifecycle_serve_gives_an_unloaded_models_memory_back_by_default(tmp_pat
             )
             after_unloads.append(server.memory_info().rss)
         # Unloaded versions do not pile up (they did by a copy of the model per cycle).
-        grown = (after_unloads[1] - after_unloads[0]) / 2**20
-        assert grown < 50, f"RSS after an unload grew {grown:.0f} MiB from the first to the second"
+        # Each reading above is taken once 70 % came back, and the rest follows: two
+        # such instants differed by 22-132 MiB, so wait for the second to settle.
+        wait_until(
+            lambda: server.memory_info().rss - after_unloads[0] < 50 * 2**20,
+            "RSS after the second unload within 50 MiB of that after the first",
+            timeout=30,
+        )
         stop(process)
