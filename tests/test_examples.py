@@ -30,6 +30,7 @@ EXPECTED = {
     "memory_back_to_the_system.py": "LIFECYCLE_ALLOCATOR=system: CPU allocator",
     "sweep_architectures.py": "MobileNetV2: 26 MiB released; RSS ",
     "request_batching.py": "requests per batch",
+    "ray_serve_multiplexed.py": "failed requests: 0",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
@@ -48,6 +49,11 @@ RUN_BY = {
     "parameter_server_lifecycle.py": (
         "tests/distributed/test_parameter_server.py"
         "::test_example_ps_memory_is_flat_with_dispose_and_grows_without"
+    ),
+    # Each starts a Ray of its own; run by the Ray module, whose other tests need Ray anyway.
+    "ray_serve_multiplexed.py": (
+        "tests/test_integrations_ray_serve.py"
+        "::test_the_example_serves_and_disposes_every_evicted_model"
     ),
 }
 

@@ -198,11 +198,15 @@ class _Multiplex:
         self._loaded = 0
         self._evicted = 0
         self._leases = 0
+        # The replica's event loop, known from the first load: Ray's cache and the
+        # metrics are read there only (an eviction runs on Ray's executor threads).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- loading and budget (on the event loop, under Ray's cache lock) -------------------
 
     async def load(self, model_id: str, source: Any) -> _Entry:
         """Load ``source`` for ``model_id`` into the registry, then keep within the budget."""
+        self._loop = asyncio.get_running_loop()
         # Model ids are any string; a registry name has no '/': quoting is one-to-one.
         name = urllib.parse.quote(model_id, safe="")
         with self._lock:
@@ -231,6 +235,16 @@ class _Multiplex:
         # Ray adds the entry to its cache once this returns: count it as held already.
         self.metrics.update(self.statistics(loading=entry))
         return entry
+
+    def _publish(self, evicted: int = 0) -> None:
+        """Update the metrics on the event loop, from any thread."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(
+                lambda: self.metrics.update(self.statistics(), evicted=evicted)
+            )
 
     async def _keep_within_budget(self, entry: _Entry) -> None:
         budget = self.options.memory_budget
@@ -267,7 +281,7 @@ class _Multiplex:
         with self._lock:
             self._leases -= 1
         if entry.retired:
-            self.metrics.update(self.statistics())
+            self._publish()
 
     # -- eviction (Ray's executor thread, or a collection) --------------------------------
 
@@ -280,7 +294,7 @@ class _Multiplex:
             self._evicted += 1
         with contextlib.suppress(UnknownModelError):  # the registry was closed
             self.registry.unload(entry.name, entry.version)
-        self.metrics.update(self.statistics(), evicted=1)
+        self._publish(evicted=1)
 
     # -- figures ------------------------------------------------------------------------
 
@@ -296,7 +310,7 @@ class _Multiplex:
 
     def statistics(self, loading: _Entry | None = None) -> MultiplexStatistics:
         ray_multiplexer = getattr(self.owner, _RAY_MULTIPLEXER, None)
-        models = dict(ray_multiplexer.models) if ray_multiplexer is not None else {}
+        models = _copy_cache(ray_multiplexer) if ray_multiplexer is not None else {}
         if loading is not None:
             models[loading.model_id] = loading
         draining = list(self._versions_in(VersionState.RETIRING))
@@ -336,6 +350,17 @@ def _ray_multiplexer(owner: Any) -> Any:
             "the Ray releases keras-lifecycle[ray] pins."
         )
     return found
+
+
+def _copy_cache(ray_multiplexer: Any) -> dict[str, Any]:
+    """Ray's cache, copied; again if the event loop changed it meanwhile.
+
+    A sync deployment method reading statistics may run on another thread.
+    """
+    for _ in range(10):
+        with contextlib.suppress(RuntimeError):  # mutated during the copy
+            return dict(ray_multiplexer.models)
+    return dict(ray_multiplexer.models)
 
 
 def _ray_version() -> str:
