@@ -37,7 +37,7 @@ to plain's; no request fails.
 
 Run (from the repository root, with the package, Ray Serve and psutil installed)::
 
-    python benchmarks/ray_serve.py            # 3 rounds x 2 x 50 evictions, ~8 min
+    python benchmarks/ray_serve.py            # 3 rounds x 2 x 50 evictions, ~6.5 min
     python benchmarks/ray_serve.py --quick
 """
 
