@@ -29,6 +29,7 @@ from ._core import (
     check_timeout,
     warn_from_finalizer,
 )
+from ._session import clear_kernel_cache_when_due
 from .errors import (
     CoordinationError,
     DisposedError,
@@ -457,17 +458,6 @@ def disposed_error(model: keras.Model, what: str) -> DisposedError:
         f"{what} cannot run. Build or load a new model instead; a disposed model cannot "
         "be revived."
     )
-
-
-def clear_kernel_cache_when_due() -> None:
-    """Clear TensorFlow's eager kernel cache if managed models released enough buffers.
-
-    See :mod:`lifecycle._core._kernels`: the cache keeps stale kernels of every
-    released buffer until it is cleared.
-    """
-    # due() first: take() counts a "skipped" clear, which is a collection's answer.
-    if KERNEL_CACHE.due() and KERNEL_CACHE.take():
-        _tf.memory.clear_kernel_cache()
 
 
 class _LetGo:

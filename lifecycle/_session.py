@@ -104,6 +104,17 @@ def collect() -> None:
         _tf.memory.clear_kernel_cache()
 
 
+def clear_kernel_cache_when_due() -> None:
+    """Clear TensorFlow's eager kernel cache if managed models released enough buffers.
+
+    See :mod:`lifecycle._core._kernels`: the cache keeps stale kernels of every
+    released buffer until it is cleared.
+    """
+    # due() first: take() counts a "skipped" clear, which is a collection's answer.
+    if KERNEL_CACHE.due() and KERNEL_CACHE.take():
+        _tf.memory.clear_kernel_cache()
+
+
 def freeze_heap() -> None:
     """``gc.collect()``, then ``gc.freeze()``: later collections skip every object alive now.
 
@@ -414,6 +425,12 @@ class LifecycleSession:
                     self._state = SessionState.OPEN
                 raise _close_error(self, errors)
             successor = self.parent.cleaner if self.parent is not None else None
+            if successor is not None and KERNEL_CACHE.due():
+                # Models disposed by a close leave their released buffers' stale
+                # kernels (dispose(collect=False)); the cleaner taking over clears
+                # them where its strategy runs work. Without a successor the last
+                # collection below does.
+                successor.enqueue(clear_kernel_cache_when_due)
             with self._lock:
                 # Records left after disposing every live model belong to models
                 # dropped without dispose(): only they need a collection to be found.

@@ -701,6 +701,20 @@ def test_the_kernel_cache_is_cleared_after_releases_not_after_allocations(
         assert lc.statistics(count_graphs=False).kernel_cache_clears == 1
 
 
+def test_a_closed_childs_disposals_have_their_kernels_cleared_by_its_successor(kernel_cache):
+    # A registry's versions: each a child session, disposed by closing it
+    # (dispose(collect=False)); their stale kernels used to stay forever.
+    policy, cleared = kernel_cache
+    with lc.LifecycleSession(cleanup=S.ON_SAFE_POINTS) as parent:
+        child = lc.LifecycleSession(cleanup=S.ON_SESSION_CLOSE, parent=parent)
+        with child.activate():
+            trained()
+        child.close()
+        assert policy.statistics().pending_buffers >= 4 and cleared == []
+        parent.safe_point()  # the successor runs the clear where its strategy runs work
+        assert cleared == [1] and policy.statistics().pending_buffers == 0
+
+
 @pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_a_dropped_models_clean_up_counts_its_buffers_for_the_kernel_cache(kernel_cache):
     policy, _ = kernel_cache
