@@ -21,6 +21,11 @@ try:
         live_func_graphs,
         purge_gradient_registry,
     )
+    from ._recording import (
+        ModelRecorder,
+        fresh_keras_thread_state,
+        record_models,
+    )
     from ._release import (
         is_released,
         release,
@@ -64,6 +69,7 @@ __all__ = [
     "REGRESS_METHOD",
     "SERVING_SIGNATURE",
     "CompatibilityReport",
+    "ModelRecorder",
     "SavedSignature",
     "capture_build_scope",
     "check_compatibility",
@@ -72,6 +78,7 @@ __all__ = [
     "custom_gradient_entries",
     "external_captures",
     "flat_call",
+    "fresh_keras_thread_state",
     "func_graphs",
     "is_released",
     "isolated_names",
@@ -84,6 +91,7 @@ __all__ = [
     "model_leaves",
     "omit_retracing_warning",
     "purge_gradient_registry",
+    "record_models",
     "release",
     "release_by_device",
     "release_kernel_keys",

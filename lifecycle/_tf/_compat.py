@@ -30,6 +30,7 @@ from . import (
     _memory,
     _naming,
     _purge,
+    _recording,
     _release,
     _resources,
     _saved_model,
@@ -375,6 +376,11 @@ _CHECKS += (
         "SavedModel signature as a Keras model (TFSMLayer.call_endpoint_fn, _reloaded_obj, "
         "restored custom gradients)",
         _saved_model.self_check,
+    ),
+    (
+        "every new keras.Model passes Model.__new__ (recorded models), a Sequential's own "
+        "functional (Sequential.build), Keras's per-thread state (global_state trackers)",
+        _recording.self_check,
     ),
 )
 
