@@ -127,12 +127,12 @@ def build(units: int) -> keras.Model:
     return model
 
 
-def train(config: dict[str, Any]) -> None:
+def train(config: dict[str, Any], arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """A user's function trainable: plain Keras, plain ray.tune.report."""
     if "observer" in config:
         send(config["observer"], "start", thread_name=threading.current_thread().name)
     keras.utils.set_random_seed(config["seed"])
-    x, y = data(config["seed"])
+    x, y = arrays if arrays is not None else data(config["seed"])
     model = build(config["units"])
     for _ in range(config.get("epochs", 2)):
         loss = model.fit(x, y, batch_size=32, epochs=1, verbose=0).history["loss"][-1]
@@ -307,12 +307,17 @@ def test_failed_and_early_stopped_trials_dispose_their_models(tmp_path, observer
 
 
 @pytest.mark.slow
-def test_a_scheduler_stopping_reused_trials_leaves_nothing_live(tmp_path, observer):
+def test_a_scheduler_stopping_reused_trials_of_a_composed_trainable_leaves_nothing_live(
+    tmp_path, observer
+):
     name, actor = observer
     space = {"seed": tune.grid_search([0, 1, 2, 3]), "units": 4, "epochs": 4, "observer": name}
     scheduler = tune.schedulers.ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2)
+    # Composed with Tune's own wrappers, as users do: data through the object store.
+    trainable = observed(managed_trainable(train))
+    trainable = tune.with_resources(tune.with_parameters(trainable, arrays=data(7)), {"cpu": 1})
     results = tuner(
-        observed(managed_trainable(train)),
+        trainable,
         tmp_path,
         space,
         reuse_actors=True,
@@ -321,6 +326,7 @@ def test_a_scheduler_stopping_reused_trials_leaves_nothing_live(tmp_path, observ
         mode="min",
         scheduler=scheduler,
     ).fit()
+    assert not results.errors
     iterations = sorted(results.get_dataframe()["training_iteration"])
     assert iterations[0] < 4, f"ASHA stopped no trial early: {iterations}"
     events = ray.get(actor.all.remote())
