@@ -23,9 +23,13 @@ management (:func:`lifecycle.manage`) and disposed, newest first:
   ``reset_config()``) ran; models the trainable still holds in an attribute
   after ``reset_config()`` are the next trial's.
 
-Models that existed before the trial (built at import, passed in with
-``tune.with_parameters``) are not touched; a model built in a trial belongs to
-that trial, so a model cached across trials must be built outside them.
+Models that existed before the trial (built when the worker imported its
+modules) are not touched. A Keras model passed with ``tune.with_parameters`` is
+deserialized inside each trial, so each trial has its own copy, disposed with
+it. A model built in a trial belongs to that trial: a model cached across
+trials must be built outside them. Tune runs one trial at a time in a worker
+process, and the recording is the process's: two trials run at once in one
+process would each dispose the other's models.
 
 Threads. Tune runs each function trial on a new thread. glibc gives threads
 malloc arenas of their own (up to 8 per core), and what a trial's kernels left
