@@ -127,12 +127,18 @@ def build(units: int) -> keras.Model:
     return model
 
 
-def train(config: dict[str, Any], arrays: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+def train(
+    config: dict[str, Any],
+    arrays: tuple[np.ndarray, np.ndarray] | None = None,
+    teacher: keras.Model | None = None,
+) -> None:
     """A user's function trainable: plain Keras, plain ray.tune.report."""
     if "observer" in config:
         send(config["observer"], "start", thread_name=threading.current_thread().name)
     keras.utils.set_random_seed(config["seed"])
     x, y = arrays if arrays is not None else data(config["seed"])
+    if teacher is not None:  # passed with tune.with_parameters: a copy per trial
+        y = teacher.predict(x, verbose=0)
     model = build(config["units"])
     for _ in range(config.get("epochs", 2)):
         loss = model.fit(x, y, batch_size=32, epochs=1, verbose=0).history["loss"][-1]
@@ -313,9 +319,12 @@ def test_a_scheduler_stopping_reused_trials_of_a_composed_trainable_leaves_nothi
     name, actor = observer
     space = {"seed": tune.grid_search([0, 1, 2, 3]), "units": 4, "epochs": 4, "observer": name}
     scheduler = tune.schedulers.ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2)
-    # Composed with Tune's own wrappers, as users do: data through the object store.
-    trainable = observed(managed_trainable(train))
-    trainable = tune.with_resources(tune.with_parameters(trainable, arrays=data(7)), {"cpu": 1})
+    # Composed with Tune's own wrappers, as users do: data and a model through the
+    # object store; each trial deserializes its own copy of the model.
+    trainable = tune.with_parameters(
+        observed(managed_trainable(train)), arrays=data(7), teacher=build(1)
+    )
+    trainable = tune.with_resources(trainable, {"cpu": 1})
     results = tuner(
         trainable,
         tmp_path,
@@ -330,9 +339,14 @@ def test_a_scheduler_stopping_reused_trials_of_a_composed_trainable_leaves_nothi
     iterations = sorted(results.get_dataframe()["training_iteration"])
     assert iterations[0] < 4, f"ASHA stopped no trial early: {iterations}"
     events = ray.get(actor.all.remote())
-    assert [event["models_live"] for event in by_kind(events, "start")] == [0] * 4
+    starts = by_kind(events, "start")
+    # Live at a trial's start: only its own copy of the teacher; the last trial's two
+    # models are disposed.
+    assert [event["models_live"] for event in starts] == [1] * 4
+    assert [event["models_disposed"] for event in starts] == [0, 2, 4, 6]
     (stop,) = by_kind(events, "stop")
-    assert (stop["trials"], stop["models_built"], stop["models_disposed"]) == (4, 4, 4)
+    # Per trial: its copy of the teacher and the model it trained.
+    assert (stop["trials"], stop["models_built"], stop["models_disposed"]) == (4, 8, 8)
 
 
 class Train(Observed, ManagedTrainable, tune.Trainable):
