@@ -546,6 +546,8 @@ END_TO_END = {
     # Each peer runs from its virtualenv (/tmp/peer-<peer>), and is skipped without one.
     "peers.py": ([], {("lifecycle", "requests_per_second"), ("lifecycle", "mib_per_cycle")}),
     "worker_hop.py": ([], {("lifecycle pool", "cpu_us"), ("anyio to_thread", "calls_per_s")}),
+    "ray_serve.py": ([], {("plain", "growth_mib"), ("managed", "models_disposed")}),
+    "ray_tune.py": ([], {("plain", "growth_mib"), ("managed", "wall_s")}),
 }
 
 

@@ -31,6 +31,7 @@ EXPECTED = {
     "sweep_architectures.py": "MobileNetV2: 26 MiB released; RSS ",
     "request_batching.py": "requests per batch",
     "ray_serve_multiplexed.py": "failed requests: 0",
+    "ray_tune_sweep.py": "models live between trials: 0;",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
@@ -54,6 +55,9 @@ RUN_BY = {
     "ray_serve_multiplexed.py": (
         "tests/test_integrations_ray_serve.py"
         "::test_the_example_serves_and_disposes_every_evicted_model"
+    ),
+    "ray_tune_sweep.py": (
+        "tests/test_integrations_ray_tune.py::test_example_disposes_every_trial_before_the_next"
     ),
 }
 
