@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist), each taking whole test modules (--dist loadfile): the
+# suite waits on child processes, servers and Ray as much as it computes. 1: no workers.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,-p no:xdist)
 
 .PHONY: demo test test-all test-fast lint check-size format bench clean
 
@@ -48,15 +52,15 @@ lint: check-size $(VENV)/.dev-installed
 # `make test`; one cheap run through the harness's child processes stays in.
 # A `-m` in PYTEST_ARGS comes last and replaces the target's own.
 test: lint
-	$(BIN)/python -m pytest -m "not benchmark" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not benchmark" $(PYTEST_ARGS)
 
 # Everything, the benchmark scripts' end-to-end runs included.
 test-all: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The fast lane: the slow tests left out, one test of every kind kept.
 test-fast: lint
-	$(BIN)/python -m pytest -m "not slow and not benchmark" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow and not benchmark" $(PYTEST_ARGS)
 
 format: $(VENV)/.dev-installed
 	$(BIN)/ruff format .
