@@ -125,6 +125,24 @@ def test_the_integrations_export_their_modules_names_documented():
         integrations.Tuner  # noqa: B018
 
 
+def test_the_ray_integration_exports_its_modules_names_documented():
+    pytest.importorskip("ray.serve")
+    pytest.importorskip("ray.tune")
+    import lifecycle.integrations.ray as ray_integration
+
+    modules = [
+        importlib.import_module(f"lifecycle.integrations.ray.{name}")
+        for name in ("_serve", "_tune")
+    ]
+    assert ray_integration.__all__ == sorted(n for m in modules for n in m.__all__)
+    for name in ray_integration.__all__:
+        value = getattr(ray_integration, name)
+        assert value is next(getattr(m, name) for m in modules if name in m.__all__)
+        assert value.__doc__, name
+    with pytest.raises(AttributeError, match="has no attribute 'multiplex'"):
+        ray_integration.multiplex  # noqa: B018
+
+
 # A fresh interpreter: what `import lifecycle` loads, and what the first use of a name does.
 LAZY_CHILD = """
 import json, sys, time
