@@ -73,13 +73,22 @@ def registered_markers() -> set[str]:
         ("test-all", []),
     ],
 )
+@pytest.mark.parametrize(
+    "workers, parallel",
+    [
+        # Two test processes by default, each taking whole modules (pytest-xdist).
+        ([], ["-n", "2", "--dist", "loadfile"]),
+        (["TEST_WORKERS=3"], ["-n", "3", "--dist", "loadfile"]),
+        (["TEST_WORKERS=1"], ["-p", "no:xdist"]),
+    ],
+)
 def test_each_test_target_selects_by_registered_markers_then_passes_pytest_args(
-    tmp_path, target, selection
+    tmp_path, target, selection, workers, parallel
 ):
     shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
     (tmp_path / "pyproject.toml").touch()
     result = subprocess.run(
-        ["make", "-n", "--no-print-directory", target, "PYTEST_ARGS=-k x"],
+        ["make", "-n", "--no-print-directory", target, "PYTEST_ARGS=-k x", *workers],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -87,7 +96,8 @@ def test_each_test_target_selects_by_registered_markers_then_passes_pytest_args(
     )
     commands = [shlex.split(line) for line in result.stdout.splitlines() if " -m pytest" in line]
     # A -m in PYTEST_ARGS comes after the target's and so replaces it (the last -m wins).
-    assert commands == [[".venv/bin/python", "-m", "pytest", *selection, "-k", "x"]], result.stdout
+    expected = [".venv/bin/python", "-m", "pytest", *parallel, *selection, "-k", "x"]
+    assert commands == [expected], result.stdout
     # pytest takes a -m naming an unknown marker silently: each named one is registered.
     named = set(" ".join(selection[1:]).replace("not ", "").split(" and ")) - {""}
     assert named <= registered_markers(), named
