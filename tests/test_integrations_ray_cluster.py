@@ -8,13 +8,10 @@ managed trainable's ``stop()`` or ``reset()`` ran (a mixin in front of it).
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-import attrs
 import keras
 import numpy as np
 import pytest
@@ -23,11 +20,10 @@ ray = pytest.importorskip("ray")
 
 from ray import tune  # noqa: E402 (after the skip)
 from ray.cluster_utils import Cluster  # noqa: E402
+from support.ray_trials import PYTHON_PATH, Observed, Observer, send  # noqa: E402
 
-from lifecycle.integrations.ray import managed_trainable, worker_statistics  # noqa: E402
+from lifecycle.integrations.ray import managed_trainable  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
 MIB = 1 << 20
 
 pytestmark = [
@@ -36,46 +32,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
-
-
-@ray.remote(num_cpus=0)
-class Observer:
-    """Events sent by the workers of every node."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def record(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-
-    def all(self) -> list[dict[str, Any]]:
-        return self.events
-
-    def nodes(self) -> int:
-        return len({event["node"] for event in self.events if event["kind"] == "start"})
-
-
-def send(name: str, kind: str) -> None:
-    event = {
-        "kind": kind,
-        "pid": os.getpid(),
-        "node": ray.get_runtime_context().get_node_id(),
-        **attrs.asdict(worker_statistics()),
-    }
-    ray.get(ray.get_actor(name).record.remote(event))
-
-
-class Observed:
-    """In front of ManagedTrainable: reports the worker once it disposed."""
-
-    def reset(self, new_config, *args, **kwargs):
-        reset = super().reset(new_config, *args, **kwargs)
-        send(self.config["observer"], "reset")
-        return reset
-
-    def stop(self):
-        super().stop()
-        send(self.config["observer"], "stop")
 
 
 def train(config: dict[str, Any]) -> None:
@@ -95,7 +51,6 @@ def train(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    path = os.pathsep.join(p for p in (str(TESTS), str(ROOT), os.environ.get("PYTHONPATH")) if p)
     node = {"num_cpus": 1, "object_store_memory": 80 * MIB}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     try:
@@ -104,7 +59,7 @@ def two_nodes():
             address=cluster.address,
             log_to_driver=False,
             configure_logging=False,
-            runtime_env={"env_vars": {"PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}},
+            runtime_env={"env_vars": {"PYTHONPATH": PYTHON_PATH, "TF_CPP_MIN_LOG_LEVEL": "2"}},
         )
         cluster.wait_for_nodes()
         yield cluster

@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import attrs
 import keras
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ import lifecycle as lc
 ray = pytest.importorskip("ray")
 
 from ray import tune  # noqa: E402 (after the skip)
+from support.ray_trials import PYTHON_PATH, Observed, Observer, send  # noqa: E402
 
 from lifecycle.integrations.ray import (  # noqa: E402
     ManagedTrainable,
@@ -37,7 +37,6 @@ from lifecycle.integrations.ray import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = Path(__file__).resolve().parent
 MIB = 1 << 20
 
 pytestmark = [
@@ -52,33 +51,18 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def ray_instance():
     """One local Ray instance of 2 CPUs; workers import this module (its trainables)."""
-    path = os.pathsep.join(p for p in (str(TESTS), str(ROOT), os.environ.get("PYTHONPATH")) if p)
     ray.init(
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
         object_store_memory=100 * MIB,
         configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}},
+        runtime_env={"env_vars": {"PYTHONPATH": PYTHON_PATH, "TF_CPP_MIN_LOG_LEVEL": "2"}},
     )
     try:
         yield
     finally:
         ray.shutdown()
-
-
-@ray.remote(num_cpus=0)
-class Observer:
-    """What the workers saw: one event per trial start and per trainable stop or reset."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def record(self, event: dict[str, Any]) -> None:
-        self.events.append(event)
-
-    def all(self) -> list[dict[str, Any]]:
-        return self.events
 
 
 @pytest.fixture
@@ -87,25 +71,6 @@ def observer(ray_instance):
     actor = Observer.options(name=name).remote()
     yield name, actor
     ray.kill(actor)
-
-
-def send(name: str, kind: str, **fields: Any) -> None:
-    stats = attrs.asdict(worker_statistics())
-    event = {"kind": kind, "pid": os.getpid(), "thread": threading.get_ident(), **stats, **fields}
-    ray.get(ray.get_actor(name).record.remote(event))
-
-
-class Observed:
-    """Put in front of ManagedTrainable: reports the worker after it disposed."""
-
-    def reset(self, new_config, *args, **kwargs):
-        reset = super().reset(new_config, *args, **kwargs)
-        send(self.config["observer"], "reset")
-        return reset
-
-    def stop(self):
-        super().stop()
-        send(self.config["observer"], "stop")
 
 
 def observed(trainable):
