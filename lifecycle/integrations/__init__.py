@@ -1,7 +1,7 @@
-"""Integrations with the tools that build many models: KerasTuner and scikit-learn.
+"""Integrations with the tools that build or serve many models: KerasTuner, scikit-learn, Ray.
 
 Each lives in its own module, imported on first use, so ``import lifecycle``
-never imports KerasTuner or scikit-learn:
+never imports KerasTuner, scikit-learn or Ray:
 
 * :mod:`lifecycle.integrations.keras_tuner` (extra ``tuner``):
   :func:`~lifecycle.integrations.keras_tuner.managed_tuner` and the
@@ -12,7 +12,11 @@ never imports KerasTuner or scikit-learn:
   ``ManagedSKLearnClassifier``, ``ManagedSKLearnRegressor``,
   ``ManagedSKLearnTransformer`` (Keras's own scikit-learn wrappers) and the
   :class:`~lifecycle.integrations.sklearn.ManagedEstimator` mixin — each fitted
-  model is disposed when scikit-learn's model selection is done with it.
+  model is disposed when scikit-learn's model selection is done with it;
+* :mod:`lifecycle.integrations.ray` (extra ``ray``): Ray Serve multiplexing
+  whose evicted models are disposed once their requests end, and Ray Tune
+  trainables that dispose every model of a trial (its names are reached
+  through that subpackage only).
 
 The names are also reachable here (``lifecycle.integrations.managed_tuner``),
 which imports their module then.
@@ -20,37 +24,20 @@ which imports their module then.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._core._lazy import attach
 
-# Public name -> the module (under this package) that defines it.
+# Each module (under this package) and the public names it defines.
 _MODULES = {
-    "ManagedEstimator": "sklearn",
-    "ManagedSKLearnClassifier": "sklearn",
-    "ManagedSKLearnRegressor": "sklearn",
-    "ManagedSKLearnTransformer": "sklearn",
-    "ManagedTuner": "keras_tuner",
-    "TunerStatistics": "keras_tuner",
-    "managed_tuner": "keras_tuner",
+    ".sklearn": (
+        "ManagedEstimator",
+        "ManagedSKLearnClassifier",
+        "ManagedSKLearnRegressor",
+        "ManagedSKLearnTransformer",
+    ),
+    ".keras_tuner": ("ManagedTuner", "TunerStatistics", "managed_tuner"),
 }
 
-__all__ = [
-    "ManagedEstimator",
-    "ManagedSKLearnClassifier",
-    "ManagedSKLearnRegressor",
-    "ManagedSKLearnTransformer",
-    "ManagedTuner",
-    "TunerStatistics",
-    "managed_tuner",
-]
+__all__ = sorted(name for names in _MODULES.values() for name in names)
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+# `ray` needs its extra: reachable as an attribute, left out of dir().
+__getattr__, __dir__ = attach(__name__, _MODULES, unlisted=("ray",))

@@ -17,8 +17,9 @@ imported when a name is first used, never by ``import lifecycle``:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..._core._lazy import attach
 
 if TYPE_CHECKING:
     from ._serve import MultiplexStatistics as MultiplexStatistics
@@ -29,26 +30,12 @@ if TYPE_CHECKING:
     from ._tune import managed_trainable as managed_trainable
     from ._tune import worker_statistics as worker_statistics
 
-# Public name -> the module (under this package) that defines it.
+# Each module (under this package) and the public names it defines.
 _MODULES = {
-    "MultiplexStatistics": "_serve",
-    "multiplexed": "_serve",
-    "multiplexed_statistics": "_serve",
-    "ManagedTrainable": "_tune",
-    "WorkerStatistics": "_tune",
-    "managed_trainable": "_tune",
-    "worker_statistics": "_tune",
+    "._serve": ("MultiplexStatistics", "multiplexed", "multiplexed_statistics"),
+    "._tune": ("ManagedTrainable", "WorkerStatistics", "managed_trainable", "worker_statistics"),
 }
 
-__all__ = sorted(_MODULES)
+__all__ = sorted(name for names in _MODULES.values() for name in names)
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = attach(__name__, _MODULES)
