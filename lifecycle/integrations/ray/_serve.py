@@ -54,7 +54,7 @@ import inspect
 import os
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -66,6 +66,7 @@ from ..._registry import ModelRegistry, VersionState
 from ...errors import BudgetExceededError, UnknownModelError
 
 try:
+    import ray
     from ray import serve
     from ray.serve import metrics as serve_metrics
     from ray.serve.multiplex import _ModelMultiplexWrapper
@@ -197,7 +198,6 @@ class _Multiplex:
         self._versions: dict[str, int] = {}
         self._loaded = 0
         self._evicted = 0
-        self._leases = 0
         # The replica's event loop, known from the first load: Ray's cache and the
         # metrics are read there only (an eviction runs on Ray's executor threads).
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -206,18 +206,18 @@ class _Multiplex:
 
     async def load(self, model_id: str, source: Any) -> _Entry:
         """Load ``source`` for ``model_id`` into the registry, then keep within the budget."""
-        self._loop = asyncio.get_running_loop()
-        # Model ids are any string; a registry name has no '/': quoting is one-to-one.
-        name = urllib.parse.quote(model_id, safe="")
-        with self._lock:
-            version = self._versions[name] = self._versions.get(name, 0) + 1
-        origin = source if isinstance(source, (str, os.PathLike)) else (lambda: source)
         if not isinstance(source, (keras.Model, str, os.PathLike)):
             raise TypeError(
                 "A multiplexed loader must return a Keras model or the path of a .keras file "
                 f"or SavedModel directory. The loader for model id {model_id!r} returned "
                 f"{type(source).__qualname__}"
             )
+        self._loop = asyncio.get_running_loop()
+        # Model ids are any string; a registry name has no '/': quoting is one-to-one.
+        name = urllib.parse.quote(model_id, safe="")
+        with self._lock:
+            version = self._versions[name] = self._versions.get(name, 0) + 1
+        origin = source if isinstance(source, (str, os.PathLike)) else (lambda: source)
         load = functools.partial(
             self.registry.load,
             name,
@@ -227,7 +227,7 @@ class _Multiplex:
             safe_mode=self.options.safe_mode,
         )
         # Off the event loop: other requests go on while the model is managed and warmed up.
-        await asyncio.get_running_loop().run_in_executor(None, load)
+        await self._loop.run_in_executor(None, load)
         entry = _Entry(self, model_id, name, version)
         with self._lock:
             self._loaded += 1
@@ -271,15 +271,11 @@ class _Multiplex:
             raise RuntimeError("A multiplexed model must be awaited inside an asyncio task")
         held = self.registry.lease(entry.name, version=entry.version)
         model = held.__enter__()
-        with self._lock:
-            self._leases += 1
         task.add_done_callback(lambda _task: self._release(entry, held))
         return model
 
     def _release(self, entry: _Entry, held: contextlib.AbstractContextManager[Any]) -> None:
         held.__exit__(None, None, None)
-        with self._lock:
-            self._leases -= 1
         if entry.retired:
             self._publish()
 
@@ -298,40 +294,35 @@ class _Multiplex:
 
     # -- figures ------------------------------------------------------------------------
 
-    def _versions_in(self, *states: VersionState) -> Iterator[Any]:
-        return (s for s in self.registry.status() if s.state in states)
-
     def _bytes_of(self, entry: _Entry) -> int:
-        return sum(
-            s.bytes
-            for s in self.registry.status(entry.name)
-            if s.version == entry.version and s.state is VersionState.READY
-        )
+        return sum(s.bytes for s in self.registry.status(entry.name) if s.version == entry.version)
 
     def statistics(self, loading: _Entry | None = None) -> MultiplexStatistics:
         ray_multiplexer = getattr(self.owner, _RAY_MULTIPLEXER, None)
         models = _copy_cache(ray_multiplexer) if ray_multiplexer is not None else {}
         if loading is not None:
             models[loading.model_id] = loading
-        draining = list(self._versions_in(VersionState.RETIRING))
-        with self._lock:
-            evicted, loaded, leases = self._evicted, self._loaded, self._leases
         held = {(e.name, e.version) for e in models.values() if isinstance(e, _Entry)}
+        # One snapshot of the registry: its versions are this replica's models.
+        versions = self.registry.status()
+        draining = [s for s in versions if s.state is VersionState.RETIRING]
+        with self._lock:
+            evicted, loaded = self._evicted, self._loaded
         return MultiplexStatistics(
             model_ids=tuple(models),
             max_models=self.options.max_models,
             memory_budget=self.options.memory_budget,
             bytes_held=sum(
                 s.bytes
-                for s in self._versions_in(VersionState.READY)
-                if (s.name, s.version) in held
+                for s in versions
+                if s.state is VersionState.READY and (s.name, s.version) in held
             ),
             models_loaded=loaded,
             models_evicted=evicted,
             models_draining=len(draining),
             bytes_draining=sum(s.bytes for s in draining),
             models_disposed=evicted - len(draining),
-            leases=leases,
+            leases=sum(s.leases for s in versions),
         )
 
 
@@ -345,7 +336,7 @@ def _ray_multiplexer(owner: Any) -> Any:
     ):
         raise RuntimeError(
             "lifecycle.integrations.ray.multiplexed no longer recognises Ray Serve's "
-            f"multiplexer (ray {_ray_version()}): expected a _ModelMultiplexWrapper at "
+            f"multiplexer (ray {ray.__version__}): expected a _ModelMultiplexWrapper at "
             f"{_RAY_MULTIPLEXER!r} with `models` and `unload_model_lru()`. It is tested with "
             "the Ray releases keras-lifecycle[ray] pins."
         )
@@ -361,12 +352,6 @@ def _copy_cache(ray_multiplexer: Any) -> dict[str, Any]:
         with contextlib.suppress(RuntimeError):  # mutated during the copy
             return dict(ray_multiplexer.models)
     return dict(ray_multiplexer.models)
-
-
-def _ray_version() -> str:
-    import ray
-
-    return ray.__version__
 
 
 def _state(owner: Any, options: _Options) -> _Multiplex:
