@@ -370,3 +370,37 @@ def test_the_example_serves_and_disposes_every_evicted_model():
     assert "requests: 24, answered by their own model: 24, by another: 0" in out, out
     assert "failed requests: 0" in out
     assert "models loaded 6, evicted 4, disposed 4, still draining 0; kept now: 4, 5" in out
+
+
+@pytest.mark.subprocess
+def test_the_integration_raises_no_warning_under_w_error():
+    # The user's -W error, with only the filter docs/scaling.md gives for Ray's own
+    # `import ray.serve` (a pydantic deprecation in Ray's config models).
+    code = """
+from lifecycle.integrations.ray import managed_trainable, multiplexed, worker_statistics
+
+@multiplexed(max_num_models_per_replica=2, memory_budget=1 << 20)
+async def get_model(model_id: str):
+    return model_id
+
+def train(config):
+    return config
+
+print(managed_trainable(train).__name__, worker_statistics().models_live)
+"""
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-W",
+            "ignore:Using extra keyword arguments on:DeprecationWarning",
+            "-c",
+            code,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.splitlines()[-1] == "train 0"
