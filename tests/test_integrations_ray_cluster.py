@@ -26,13 +26,6 @@ from lifecycle.integrations.ray import managed_trainable  # noqa: E402
 
 MIB = 1 << 20
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
-
 
 def train(config: dict[str, Any]) -> None:
     send(config["observer"], "start")

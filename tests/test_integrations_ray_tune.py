@@ -39,14 +39,6 @@ from lifecycle.integrations.ray import (  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 
-pytestmark = [
-    # Ray's own deprecations and resource notices, raised in the driver.
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-]
-
 
 @pytest.fixture(scope="module")
 def ray_instance():
