@@ -182,6 +182,8 @@ class _Token(enum.Enum):
     COLLECT = "collect"
     TRIM = "trim"
     STOP = "stop"
+    # Wakes the background thread to time an idle collection.
+    WAKE = "wake"
 
 
 class _Idle:
@@ -210,6 +212,12 @@ class Cleaner:
             :func:`~lifecycle.tuning.tune_allocator` asked for trims after collections).
         trimmer: The trim to run; ``None`` (default) runs ``malloc_trim(0)``
             (a no-op off glibc). A seam for tests.
+        idle_collection: ``IN_BACKGROUND`` only: seconds without a new
+            allocation after which the cleaner collects if any owner allocated
+            since the last collection and was not disposed, the latest one
+            included (it may have been dropped since). Garbage of no owner
+            waits for byte pressure. ``None``: only byte pressure starts
+            collections.
     """
 
     strategy: CleanupStrategy
@@ -218,6 +226,7 @@ class Cleaner:
     collector: Callable[[], Any] = gc.collect
     trim_threshold: int | None = None
     trimmer: Callable[[], bool] | None = None
+    idle_collection: float | None = None
     # Deferred work: callables, _Token and _Idle items. put() is lock-free.
     _queue: queue.SimpleQueue[Any] = attrs.field(factory=queue.SimpleQueue, init=False)
     # Guards the counters below; never taken from a finalizer.
@@ -245,6 +254,8 @@ class Cleaner:
     _pending: dict[Hashable | None, int] = attrs.field(factory=dict, init=False)
     # The owner that allocated last: in use, so its bytes are not pressure.
     _newest: Hashable | None = attrs.field(default=None, init=False)
+    # time.monotonic() of the last allocation noted (idle collections).
+    _allocated_at: float = attrs.field(default=0.0, init=False)
     _pressure: int = attrs.field(default=0, init=False)
     _trims: int = attrs.field(default=0, init=False)
     _trim_seconds: float = attrs.field(default=0.0, init=False)
@@ -286,12 +297,17 @@ class Cleaner:
             return
         with self._lock:
             self._bytes_allocated += nbytes
+            self._allocated_at = time.monotonic()
+            # A new owner may need an idle collection timed; a known one has it.
+            wake = owner is not None and owner not in self._pending
             self._pending[owner] = self._pending.get(owner, 0) + nbytes
             if owner is not None:
                 self._newest = owner
             collect = self._update_pressure()
         if collect:
             self._request_collection()
+        elif wake:
+            self._wake()
 
     def note_garbage(self, nbytes: int) -> None:
         """Count bytes held by reference cycles that only a collection frees, as pressure.
@@ -310,6 +326,11 @@ class Cleaner:
             collect = self._update_pressure()
         if collect:
             self._request_collection()
+
+    def _wake(self) -> None:
+        """Have the background thread time an idle collection for what was just noted."""
+        if self.idle_collection is not None and self.strategy is CleanupStrategy.IN_BACKGROUND:
+            self._queue.put(_Token.WAKE)
 
     def note_disposed(self, owner: Hashable) -> None:
         """``owner`` released its buffers: what it allocated is no longer pressure."""
@@ -356,15 +377,28 @@ class Cleaner:
 
     # -- consumers ---------------------------------------------------------------
 
-    def safe_point(self) -> None:
+    def safe_point(self, *, explicit: bool = False) -> None:
         """Run pending work now if the strategy is ``ON_SAFE_POINTS`` and work is pending.
 
         Costs one attribute check when there is nothing to do. If another
         thread is already running the work, returns at once.
+
+        Args:
+            explicit: The program asked for a safe point (``session.safe_point()``),
+                where a pause is harmless: then any owner that allocated since the
+                last collection and was not disposed may have been dropped, the
+                one that allocated last included, and a collection runs to find
+                it. Garbage alone (a disposed model's step functions) waits for
+                byte pressure, as at implicit safe points (a model's entry
+                points), which collect only under byte pressure.
         """
-        if self.strategy is CleanupStrategy.ON_SAFE_POINTS and (
-            self._collect_requested or self._trim_requested or not self._queue.empty()
-        ):
+        if self.strategy is not CleanupStrategy.ON_SAFE_POINTS:
+            return
+        if explicit and self._undisposed():
+            with self._lock:
+                self._collect_requested = True
+            self.run_pending()
+        elif self._collect_requested or self._trim_requested or not self._queue.empty():
             self.run_pending(block=False)
 
     def run_pending(self, *, block: bool = True) -> None:
@@ -404,7 +438,9 @@ class Cleaner:
         self._queue.put(marker)
         return marker.event.wait(timeout)
 
-    def close(self, successor: Cleaner | None = None, *, collect: bool = True) -> None:
+    def close(
+        self, successor: Cleaner | None = None, *, collect: bool = True, trim: bool = False
+    ) -> None:
         """Stop the background thread, collect once, and run everything still queued.
 
         The final collection finds models dropped without ``dispose()`` that no
@@ -419,6 +455,8 @@ class Cleaner:
             collect: Run the final collection (and a trim after it). Without
                 it, the pressure not yet collected and the released bytes not
                 yet trimmed pass to ``successor``.
+            trim: Without a collection, trim anyway (the closing owner released
+                buffers itself), unless trims are off.
         """
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -428,7 +466,10 @@ class Cleaner:
         if collect:
             with self._running:
                 self._collect()
-        elif successor is not None:
+        elif trim and (self.trim_threshold is not None or _malloc.trimming()):
+            with self._running:
+                self._trim()
+        if not collect and successor is not None:
             with self._lock:
                 pending, self._pending, self._collect_requested = self._pending, {}, False
                 self._newest, self._pressure = None, 0
@@ -482,11 +523,38 @@ class Cleaner:
 
     def _loop(self) -> None:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=self._idle_wait())
+            except queue.Empty:
+                with self._running:
+                    self._collect_if_idle()
+                continue
             if item is _Token.STOP:
                 return
             with self._running:
                 self._run(item)
+
+    def _undisposed(self) -> bool:
+        """Whether an owner allocated since the last collection and was not disposed."""
+        return any(owner is not None for owner in list(self._pending))
+
+    def _idle_wait(self) -> float | None:
+        """Seconds until an idle collection is due; ``None`` while none can be."""
+        idle = self.idle_collection
+        if idle is None or not self._undisposed():
+            return None
+        return max(0.0, self._allocated_at + idle - time.monotonic()) + 0.01
+
+    def _collect_if_idle(self) -> None:
+        idle = self.idle_collection
+        with self._lock:
+            due = (
+                idle is not None
+                and self._undisposed()
+                and time.monotonic() - self._allocated_at >= idle
+            )
+        if due:
+            self._collect()
 
     def _run(self, item: Any) -> None:
         if item is _Token.COLLECT:
@@ -497,6 +565,8 @@ class Cleaner:
                 self._trim()
         elif isinstance(item, _Idle):
             item.event.set()
+        elif item is _Token.WAKE:
+            return
         elif item is not _Token.STOP:
             started = time.thread_time()
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -232,3 +233,63 @@ def test_a_finalizer_warning_is_an_ordinary_warning_otherwise():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         warn_from_finalizer("without dispose")  # filtered out: nothing raised, nothing shown
+
+
+# --- a dropped owner is looked for at the strategy's moment ---------------------------
+
+
+def test_an_explicit_safe_point_collects_for_an_undisposed_owner_even_the_newest():
+    cleaner, calls = make(CleanupStrategy.ON_SAFE_POINTS, threshold=None)
+    cleaner.note_allocated(10, owner="model")  # the newest: no pressure
+    cleaner.safe_point()  # implicit (a model's call): nothing
+    assert calls == []
+    cleaner.safe_point(explicit=True)  # the program's own: it may have been dropped
+    assert calls == ["MainThread"]
+    cleaner.safe_point(explicit=True)  # nothing allocated since: nothing to find
+    assert calls == ["MainThread"]
+
+
+def test_an_explicit_safe_point_leaves_a_disposed_owners_garbage_to_pressure():
+    cleaner, calls = make(CleanupStrategy.ON_SAFE_POINTS, threshold=100)
+    cleaner.note_allocated(10, owner="model")
+    cleaner.note_disposed("model")
+    cleaner.note_garbage(50)  # its step functions: below the threshold
+    cleaner.safe_point(explicit=True)
+    assert calls == []
+
+
+def test_background_collects_once_after_an_idle_spell_for_an_undisposed_owner():
+    calls = []
+    cleaner = Cleaner(
+        strategy=CleanupStrategy.IN_BACKGROUND,
+        name="idle",
+        pressure_threshold=None,
+        collector=lambda: calls.append(threading.current_thread().name),
+        idle_collection=0.2,
+    )
+    cleaner.note_allocated(10, owner="model")
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls == ["lifecycle-cleaner-idle"]
+    # Nothing allocated since: no further collection however long it waits.
+    time.sleep(0.5)
+    assert len(calls) == 1 and cleaner.statistics().collections == 1
+    cleaner.note_allocated(10, owner="other")
+    cleaner.note_disposed("other")  # disposed before the spell ended: nothing to find
+    time.sleep(0.5)
+    assert len(calls) == 1
+    cleaner.close(collect=False)
+
+
+def test_close_trims_what_its_owner_released_without_a_collection():
+    trims = []
+    cleaner = Cleaner(
+        strategy=CleanupStrategy.ON_SESSION_CLOSE,
+        name="t",
+        pressure_threshold=None,
+        trim_threshold=2**30,
+        trimmer=lambda: trims.append(1) or True,
+    )
+    cleaner.close(collect=False, trim=True)
+    assert trims == [1] and cleaner.statistics().collections == 0
