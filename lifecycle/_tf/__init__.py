@@ -14,6 +14,7 @@ try:
     from ._compat import CompatibilityReport, check_compatibility
     from ._functions import flat_call, omit_retracing_warning
     from ._keras import clear_session_preserving_caller_state
+    from ._ledger import Ledger, LedgerEntries
     from ._naming import isolated_names
     from ._purge import (
         custom_gradient_entries,
@@ -24,12 +25,14 @@ try:
     from ._recording import (
         ModelRecorder,
         fresh_keras_thread_state,
+        observe_thread_models,
         record_models,
     )
     from ._release import (
         is_released,
         release,
         release_by_device,
+        release_handles,
         release_kernel_keys,
         warm_release,
     )
@@ -39,6 +42,7 @@ try:
         leaf_nbytes,
         leaves,
         model_leaves,
+        object_variables,
         variable_leaves,
     )
     from ._saved_model import (
@@ -69,6 +73,8 @@ __all__ = [
     "REGRESS_METHOD",
     "SERVING_SIGNATURE",
     "CompatibilityReport",
+    "Ledger",
+    "LedgerEntries",
     "ModelRecorder",
     "SavedSignature",
     "capture_build_scope",
@@ -89,11 +95,14 @@ __all__ = [
     "live_func_graphs",
     "memory",
     "model_leaves",
+    "object_variables",
+    "observe_thread_models",
     "omit_retracing_warning",
     "purge_gradient_registry",
     "record_models",
     "release",
     "release_by_device",
+    "release_handles",
     "release_kernel_keys",
     "saved_model_to_keras",
     "saved_signatures",

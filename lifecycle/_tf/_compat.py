@@ -27,6 +27,7 @@ from . import (
     _checkpoint,
     _functions,
     _keras,
+    _ledger,
     _memory,
     _naming,
     _purge,
@@ -381,6 +382,13 @@ _CHECKS += (
         "every new keras.Model passes Model.__new__ (recorded models), a Sequential's own "
         "functional (Sequential.build), Keras's per-thread state (global_state trackers)",
         _recording.self_check,
+    ),
+    (
+        "a session's ledger: tf.variable_creator_scope sees every variable; "
+        "tf.Module._flatten; a dead variable's pinned buffer released "
+        "through its handle; the global random generators (stateful_random_ops."
+        "global_generator, Keras global_state)",
+        _ledger.self_check,
     ),
 )
 

@@ -26,6 +26,7 @@ from keras.src.models import model as keras_model_module
 from keras.src.models.functional import Functional
 from keras.src.saving import object_registration
 
+from ..errors import DisposedError
 from ._internal import incompatible, internal
 
 __all__ = [
@@ -38,11 +39,13 @@ __all__ = [
     "detach_compiled_state",
     "drop_compiled_state",
     "functional_variant",
+    "hide_from_module_walks",
     "is_functional_call",
     "model_method",
     "reduce_as_declared",
     "registered_names",
     "restore_caller_names",
+    "seal",
     "set_class",
     "subclass_variant",
 ]
@@ -152,6 +155,19 @@ def subclass_variant(mixin: type, cls: type) -> type:
     if issubclass(cls, mixin):
         return cls
     return _variant((mixin, cls), like=cls)
+
+
+def hide_from_module_walks(cls: type, *names: str) -> None:
+    """Make ``tf.Module``'s attribute walks (``variables``, ``_flatten``) skip ``names``.
+
+    A managed module's bookkeeping (``_lifecycle``) is no part of the module:
+    walked, it would reach the session and every other model.
+
+    Raises:
+        CompatibilityError: ``tf.Module._TF_MODULE_IGNORED_PROPERTIES`` has moved.
+    """
+    ignored = internal(cls, "_TF_MODULE_IGNORED_PROPERTIES", "tf.Module ignored properties")
+    cls._TF_MODULE_IGNORED_PROPERTIES = frozenset(ignored) | frozenset(names)  # type: ignore[attr-defined]
 
 
 def set_class(model: keras.Model, cls: type) -> None:
@@ -272,3 +288,48 @@ def clear_session_preserving_caller_state() -> None:
     keras.backend.clear_session(free_memory=False)
     keras.config.set_dtype_policy(policy)
     restore_caller_names(saved)
+
+
+class ClosedModel:
+    """In front of the class of a model whose session closed and released its variables.
+
+    Every entry point that would read or write the released variables raises
+    :class:`~lifecycle.errors.DisposedError` instead of a TensorFlow shape error.
+    """
+
+    # The name of the session that closed, set by seal().
+    _lifecycle_closed_by: str
+
+
+def _refusal(name: str) -> Any:
+    def entry_point(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise DisposedError(
+            f"{type(self).__name__} {self.name!r} was built in LifecycleSession "
+            f"{self._lifecycle_closed_by!r}, which closed and released its variables, so "
+            f"`{name}` cannot run. To keep a model past its session, hand it out before the "
+            "session closes (`session.hand_out(model)`); or build a new one."
+        )
+
+    entry_point.__name__ = name
+    entry_point.__qualname__ = f"ClosedModel.{name}"
+    return entry_point
+
+
+for _name in ENTRY_POINTS:
+    setattr(ClosedModel, _name, _refusal(_name))
+del _name
+
+
+def seal(model: keras.Model, session: str) -> list[Any]:
+    """Make every entry point of ``model`` raise ``DisposedError``; take its compiled state off.
+
+    For a plain (unmanaged) model whose variables the closing ``session``
+    releases.
+
+    Returns:
+        What :func:`detach_compiled_state` took off, for the caller to drop.
+    """
+    detached = detach_compiled_state(model)
+    object.__setattr__(model, "_lifecycle_closed_by", session)
+    set_class(model, subclass_variant(ClosedModel, type(model)))
+    return detached

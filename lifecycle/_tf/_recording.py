@@ -30,7 +30,7 @@ import contextlib
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import keras
@@ -44,6 +44,7 @@ from ._internal import internal
 __all__ = [
     "ModelRecorder",
     "fresh_keras_thread_state",
+    "observe_thread_models",
     "record_models",
 ]
 
@@ -53,6 +54,8 @@ _lock = threading.Lock()
 _active: tuple[ModelRecorder, ...] = ()
 # Keras's own __new__ (the staticmethod's function), once the wrapper is installed.
 _original_new: Any = None
+# Per thread: the callbacks that see each model built on that thread (a session's).
+_thread = threading.local()
 # The code of Functional.__new__ and of Sequential.build, which builds a
 # Sequential's own functional model; set with the wrapper.
 _functional_new: Any = None
@@ -93,9 +96,13 @@ class ModelRecorder:
 
 def _recording_new(cls: type, *args: Any, **kwargs: Any) -> Any:
     model = _original_new(cls, *args, **kwargs)
-    if _active and not _built_by_a_sequential(sys._getframe(1)):
+    observers = getattr(_thread, "observers", ())
+    if (_active or observers) and not _built_by_a_sequential(sys._getframe(1)):
         for recorder in _active:
             recorder.add(model)
+        if observers:
+            # The innermost observer only: a model has one owner.
+            observers[-1](model)
     return model
 
 
@@ -150,6 +157,33 @@ def record_models() -> Iterator[ModelRecorder]:
     finally:
         with _lock:
             _active = tuple(r for r in _active if r is not recorder)
+
+
+@contextlib.contextmanager
+def observe_thread_models(observer: Callable[[keras.Model], None]) -> Iterator[None]:
+    """Hand ``observer`` each Keras model built on the calling thread inside the block.
+
+    Observers nest: only the innermost one sees a model. ``observer`` runs
+    inside ``Model.__new__``, before the model's ``__init__``: it may keep a
+    weak reference, nothing more.
+
+    Raises:
+        CompatibilityError: Keras no longer has ``Model.__new__``.
+        TypeError: It is no longer a static method of ``Model``.
+    """
+    with _lock:
+        _install()
+    observers = getattr(_thread, "observers", ())
+    _thread.observers = (*observers, observer)
+    try:
+        yield
+    finally:
+        current = _thread.observers
+        # Remove this one, wherever later (misnested) blocks left the stack.
+        for index in range(len(current) - 1, -1, -1):
+            if current[index] is observer:
+                _thread.observers = current[:index] + current[index + 1 :]
+                break
 
 
 def fresh_keras_thread_state() -> None:

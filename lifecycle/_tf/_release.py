@@ -63,9 +63,28 @@ def release_by_device(variables: Iterable[BaseResourceVariable]) -> dict[str, tu
     the variables does not build them (measured: a process's first release of
     ResNet50 built about 30).
     """
-    by_device: dict[str, list[BaseResourceVariable]] = {}
-    for leaf in variables:
-        by_device.setdefault(leaf.device, []).append(leaf)
+    return release_handles(
+        (leaf.handle, leaf.dtype, leaf.device, leaf_nbytes(leaf)) for leaf in variables
+    )
+
+
+#: A buffer to release by its handle: ``(handle tensor, dtype, device, bytes)``.
+Buffer = tuple[Any, tf.DType, str, int]
+
+
+def release_handles(buffers: Iterable[Buffer]) -> dict[str, tuple[int, int]]:
+    """Release buffers by their resource handles: ``{device: (bytes, buffers)}``.
+
+    The variable objects need not exist any more: a handle that a traced
+    graph captured keeps its buffer alive after the variable is gone, and
+    assigning through that handle frees the buffer all the same.
+
+    Args:
+        buffers: ``(handle, dtype, device, nbytes)`` for each buffer.
+    """
+    by_device: dict[str, list[Buffer]] = {}
+    for buffer in buffers:
+        by_device.setdefault(buffer[2], []).append(buffer)
     per_device: dict[str, tuple[int, int]] = {}
     run = _quick_execute()
     # Release is an eager operation even when dispose() is reached from inside
@@ -78,14 +97,13 @@ def release_by_device(variables: Iterable[BaseResourceVariable]) -> dict[str, tu
             nbytes = 0
             # None: no device asked for, whatever scope the caller is in.
             with tf.device(None if _is_local(device) else device):
-                for leaf in group:
-                    dtype = leaf.dtype
+                for handle, dtype, _, size in group:
                     call = calls.get(dtype)
                     if call is None:
                         call = calls[dtype] = _assign_call(dtype)
                     empty, attrs = call
-                    run("AssignVariableOp", 0, [leaf.handle, empty], attrs, ctx)
-                    nbytes += leaf_nbytes(leaf)
+                    run("AssignVariableOp", 0, [handle, empty], attrs, ctx)
+                    nbytes += size
             per_device[device] = (nbytes, len(group))
     return per_device
 

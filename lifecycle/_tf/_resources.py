@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import keras
+import tensorflow as tf
 from tensorflow.python.distribute import ps_values, sharded_variable
 from tensorflow.python.distribute import values as distribute_values
 from tensorflow.python.framework import func_graph as func_graph_lib
@@ -106,6 +107,48 @@ def variable_leaves(variables: Iterable[Any]) -> list[BaseResourceVariable]:
                 seen.add(id(leaf))
                 found.append(leaf)
     return found
+
+
+def _is_keras_owner(obj: Any) -> bool:
+    return isinstance(obj, (keras.Layer, keras.optimizers.Optimizer, keras.Variable))
+
+
+def object_variables(obj: Any) -> list[Any]:
+    """The variables a Keras model or layer, an optimizer, a ``tf.Module`` or a variable owns.
+
+    A model's are those of :func:`keras_variables` (weights, metric state, its
+    optimizer's); an optimizer's include a wrapped inner optimizer's; a
+    ``tf.Module``'s are every ``tf.Variable`` it holds, with the variables of the
+    Keras layers, models, optimizers and variables among its attributes (in
+    lists and dicts too). A variable is its own.
+
+    Raises:
+        TypeError: ``obj`` is none of these.
+        CompatibilityError: ``tf.Module._flatten`` has moved.
+    """
+    if isinstance(obj, keras.Model):
+        return keras_variables(obj)
+    if isinstance(obj, keras.Layer):
+        return list(obj.variables)
+    if isinstance(obj, keras.optimizers.Optimizer):
+        found: list[Any] = []
+        optimizer: Any = obj
+        while optimizer is not None:
+            found.extend(optimizer.variables)
+            optimizer = getattr(optimizer, "inner_optimizer", None)
+        return found
+    if isinstance(obj, (keras.Variable, tf.Variable)):
+        return [obj]
+    if isinstance(obj, tf.Module):
+        flatten = internal(obj, "_flatten", "tf.Module._flatten")
+        found = list(obj.variables)
+        for owner in flatten(predicate=_is_keras_owner):
+            found.extend(object_variables(owner))
+        return found
+    raise TypeError(
+        "Expected a keras.Model, a Keras layer, a Keras optimizer, a tf.Module or a variable. "
+        f"Received: {type(obj).__module__}.{type(obj).__qualname__} object {obj!r:.80}"
+    )
 
 
 def leaf_nbytes(leaf: BaseResourceVariable) -> int:
