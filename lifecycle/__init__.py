@@ -49,6 +49,7 @@ if _typing.TYPE_CHECKING:
     from ._disposal import DisposeReport as DisposeReport
     from ._model import ManagedModel as ManagedModel
     from ._model import manage as manage
+    from ._objects import ManagedObject as ManagedObject
     from ._registry import BatchingPolicy as BatchingPolicy
     from ._registry import Inference as Inference
     from ._registry import ModelRegistry as ModelRegistry
@@ -118,6 +119,7 @@ __all__ = [
     "LifecycleSession",
     "LoadError",
     "ManagedModel",
+    "ManagedObject",
     "ModelRegistry",
     "ModelState",
     "NamedTensorSpec",
@@ -155,6 +157,7 @@ _EVERYDAY = {
     "._core": ("CleanupStrategy", "ModelState", "SessionState"),
     "._disposal": ("DisposeReport",),
     "._model": ("ManagedModel", "manage"),
+    "._objects": ("ManagedObject",),
     "._registry": (
         "BatchingPolicy",
         "Inference",

@@ -46,6 +46,7 @@ __all__ = [
     "DeviceRelease",
     "DisposeReport",
     "Keeper",
+    "Managed",
     "ModelRecord",
     "disposed_error",
     "held",
@@ -144,7 +145,12 @@ def _pooled(cpu_bytes: int) -> bool:
 
 @attrs.define(eq=False)
 class ModelRecord:
-    """Per-model bookkeeping, held by the model as ``_lifecycle`` and by its session."""
+    """Per-model bookkeeping, held by the model as ``_lifecycle`` and by its session.
+
+    The "model" may also be a managed ``tf.Module`` or Keras optimizer
+    (``lifecycle._objects``): the record reaches its variables through
+    ``_tf.object_variables``.
+    """
 
     owner: LifecycleSession
     kind: str
@@ -166,11 +172,12 @@ class ModelRecord:
     # Guards keepers.
     keepers_lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
     # Weak references to the handle tensors of the model's buffers and to the
-    # variables holding them, with their sizes, as of the last refresh. Weak:
+    # variables holding them, with their sizes, dtypes and devices, as of the
+    # last refresh. Weak:
     # the record must never keep buffers (or the model) alive; a dropped model's
     # pinned handles stay reachable through the gradient registry, which is
     # exactly what gets purged, while a variable still alive is held elsewhere.
-    handles: list[tuple[weakref.ref[Any], weakref.ref[Any], int]] = attrs.field(
+    handles: list[tuple[weakref.ref[Any], weakref.ref[Any], int, Any, str]] = attrs.field(
         factory=list, init=False
     )
     accounted_bytes: int = attrs.field(default=0, init=False)
@@ -201,6 +208,23 @@ class ModelRecord:
         """``"<class> '<name>'"`` for messages."""
         return f"{self.kind} {self.name!r}"
 
+    def move_to(self, owner: LifecycleSession) -> None:
+        """Make ``owner`` the model's session (its old one hands it out)."""
+        model = self._model() if self._model is not None else None
+        if model is None or self.state is not ModelState.LIVE:
+            return
+        owner.adopt(self)
+        old, self.owner = self.owner, owner
+        old._release_record(self)
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = weakref.finalize(model, owner.cleaner.enqueue, self.clean_up)
+        self._finalizer.atexit = False
+        with self.accounting_lock:
+            owned = self.accounted_bytes
+        old.cleaner.note_disposed(self)
+        owner.cleaner.note_allocated(owned, owner=self)
+
     # -- accounting ------------------------------------------------------------
 
     def refresh(self, model: keras.Model) -> None:
@@ -208,10 +232,12 @@ class ModelRecord:
         self.name = getattr(model, "name", self.name)
         handles = []
         total = 0
-        leaves = list(_tf.model_leaves(model))
+        leaves = _tf.variable_leaves(_tf.object_variables(model))
         for leaf in leaves:
             nbytes = _tf.leaf_nbytes(leaf)
-            handles.append((weakref.ref(leaf.handle), weakref.ref(leaf), nbytes))
+            handles.append(
+                (weakref.ref(leaf.handle), weakref.ref(leaf), nbytes, leaf.dtype, leaf.device)
+            )
             total += nbytes
         with self.accounting_lock:
             self.handles = handles
@@ -255,7 +281,7 @@ class ModelRecord:
                     in_flight=still_running,
                 )
             # Read once: walking a large model's layers takes milliseconds.
-            variables = _tf.keras_variables(model)
+            variables = _tf.object_variables(model)
             if coordinate:
                 self._coordinate(variables, timeout)
             drained = time.perf_counter()
@@ -328,11 +354,16 @@ class ModelRecord:
         handles = [leaf.handle for leaf in leaves]
         _model_index.note_disposed(model, variables, handles)
         per_device = _tf.release_by_device(leaves)
+        # Released: not the session's to release again when it closes.
+        self.owner.forget_variables(leaves)
         del leaves
         purged = _tf.purge_gradient_registry(handles)
         del handles
-        steps = _tf.keras_internals.step_functions(model)
-        detached = _tf.keras_internals.detach_compiled_state(model)
+        if isinstance(model, keras.Model):
+            steps = _tf.keras_internals.step_functions(model)
+            detached = _tf.keras_internals.detach_compiled_state(model)
+        else:  # a tf.Module or an optimizer: its traced functions are its class's
+            steps, detached = 0, []
         for dependent in list(self.dependents):
             dependent._drop()
         self._forget(cleaned=False)
@@ -391,12 +422,23 @@ class ModelRecord:
                 return
             self.state = ModelState.DISPOSED
             started = time.perf_counter()
-            alive = [handle for ref, _, _ in self.handles if (handle := ref()) is not None]
+            alive = [handle for ref, *_ in self.handles if (handle := ref()) is not None]
+            # A buffer whose variable is gone but whose handle a traced graph
+            # still holds (a reference cycle, a registry entry) is released
+            # through the handle now, not when a later collection finds the graph.
+            orphans = [
+                (handle, dtype, device, nbytes)
+                for ref, variable, nbytes, dtype, device in self.handles
+                if variable() is None and (handle := ref()) is not None
+            ]
+            if orphans:
+                _tf.release_handles(orphans)
+            del orphans
             purged = _tf.purge_gradient_registry(alive)
             del alive
-            # A buffer whose variable is gone is freed (or will be, with the
-            # purged graphs); one whose variable lives is someone else's now.
-            released = sum(n for _, variable, n in self.handles if variable() is None)
+            # A buffer whose variable is gone is freed; one whose variable
+            # lives is someone else's now.
+            released = sum(n for _, variable, n, *_ in self.handles if variable() is None)
             # Their creation kernels are stale whoever holds the variables now.
             KERNEL_CACHE.note_released(len(self.handles))
             self.handles = []
@@ -446,6 +488,50 @@ class ModelRecord:
         self.owner.forget(self, cleaned=cleaned)
 
 
+class Managed:
+    """What a managed model, module or optimizer shows of its record (a mixin).
+
+    ``ManagedModel`` and ``ManagedObject`` put it in front of the object's own
+    class; their ``dispose()`` and ``with`` differ, the rest is this.
+    """
+
+    _lifecycle: ModelRecord
+
+    @property
+    def state(self) -> ModelState:
+        """Where it is in its life: ``LIVE``, ``DISPOSING`` or ``DISPOSED``."""
+        return self._lifecycle.state
+
+    @property
+    def session(self) -> LifecycleSession:
+        """The session that owns it."""
+        return self._lifecycle.owner
+
+    @property
+    def dispose_timeout(self) -> float | None:
+        """Default seconds ``dispose()`` waits for calls in flight (``None``: forever)."""
+        return self._lifecycle.dispose_timeout
+
+    @dispose_timeout.setter
+    def dispose_timeout(self, value: float | None) -> None:
+        self._lifecycle.dispose_timeout = check_timeout(value)
+
+    @property
+    def owned_variables(self) -> int:
+        """Number of buffers it owns (replicas and shards counted); 0 once disposed."""
+        if self._lifecycle.state is ModelState.DISPOSED:
+            return 0
+        return len(_tf.variable_leaves(_tf.object_variables(self)))
+
+    @property
+    def owned_bytes(self) -> int:
+        """Bytes of the buffers it owns, by static shape; 0 once disposed."""
+        if self._lifecycle.state is ModelState.DISPOSED:
+            return 0
+        leaves = _tf.variable_leaves(_tf.object_variables(self))
+        return sum(_tf.leaf_nbytes(leaf) for leaf in leaves)
+
+
 def disposed_error(model: keras.Model, what: str) -> DisposedError:
     """The error raised when ``what`` is attempted on a disposed model."""
     record: ModelRecord = model._lifecycle
@@ -453,9 +539,10 @@ def disposed_error(model: keras.Model, what: str) -> DisposedError:
         status = "is being disposed: its variables are being released"
     else:
         status = "has been disposed: its variables were released"
+    kind = "model" if isinstance(model, keras.Model) else "object"
     return DisposedError(
         f"{type(model).__name__} {getattr(model, 'name', record.name)!r} {status}, so "
-        f"{what} cannot run. Build or load a new model instead; a disposed model cannot "
+        f"{what} cannot run. Build or load a new {kind} instead; a disposed {kind} cannot "
         "be revived."
     )
 

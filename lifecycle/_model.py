@@ -23,10 +23,12 @@ from ._disposal import (
     DEFAULT,
     DEFAULT_DISPOSE_TIMEOUT,
     DisposeReport,
+    Managed,
     ModelRecord,
     disposed_error,
     held,
 )
+from ._objects import is_manageable_object, manage_object
 from ._session import LifecycleSession, current_session
 from .errors import NotAModelError
 
@@ -103,7 +105,7 @@ def _guarded(name: str, refresh: _Refresh) -> Callable[..., Any]:
 
 def _adopt(model: keras.Model, session: LifecycleSession | None, timeout: float | None) -> None:
     owner = session if session is not None else current_session()
-    owner.safe_point()  # creating a managed model is a safe point
+    owner.cleaner.safe_point()  # creating a managed model is a safe point
     ModelRecord.attach(model, owner, timeout)
 
 
@@ -131,7 +133,7 @@ class ModelStatistics:
 
 
 @keras.saving.register_keras_serializable(package="lifecycle")
-class ManagedModel(keras.Model):
+class ManagedModel(Managed, keras.Model):
     """A ``keras.Model`` that owns its variables and disposes of them on demand.
 
     Use it like ``keras.Model``: subclass it and implement ``call``, or build it
@@ -157,7 +159,6 @@ class ManagedModel(keras.Model):
         <ModelState.DISPOSED: 'disposed'>
     """
 
-    _lifecycle: ModelRecord
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ManagedModel:
         _tf.check_compatibility()
@@ -172,39 +173,6 @@ class ManagedModel(keras.Model):
         super().__init__(*args, **kwargs)
         # A functional model has its variables now; a subclassed one, later.
         self._lifecycle.refresh(self)
-
-    @property
-    def state(self) -> ModelState:
-        """Where the model is in its life: ``LIVE``, ``DISPOSING`` or ``DISPOSED``."""
-        return self._lifecycle.state
-
-    @property
-    def session(self) -> LifecycleSession:
-        """The session that owns the model."""
-        return self._lifecycle.owner
-
-    @property
-    def dispose_timeout(self) -> float | None:
-        """Default seconds ``dispose()`` waits for calls in flight (``None``: forever)."""
-        return self._lifecycle.dispose_timeout
-
-    @dispose_timeout.setter
-    def dispose_timeout(self, value: float | None) -> None:
-        self._lifecycle.dispose_timeout = check_timeout(value)
-
-    @property
-    def owned_variables(self) -> int:
-        """Number of buffers the model owns (replicas and shards counted); 0 once disposed."""
-        if self._lifecycle.state is ModelState.DISPOSED:
-            return 0
-        return len(_tf.model_leaves(self))
-
-    @property
-    def owned_bytes(self) -> int:
-        """Bytes of the buffers the model owns, by static shape; 0 once disposed."""
-        if self._lifecycle.state is ModelState.DISPOSED:
-            return 0
-        return sum(_tf.leaf_nbytes(leaf) for leaf in _tf.model_leaves(self))
 
     def statistics(self) -> ModelStatistics:
         """A frozen snapshot of the model: state, bytes, buffers, calls, keepers."""
@@ -365,7 +333,7 @@ def manage(
     dispose_timeout: float | None = DEFAULT_DISPOSE_TIMEOUT,
     session: LifecycleSession | None = None,
 ) -> _Model:
-    """Put an existing Keras model under management, in place.
+    """Put an existing Keras model, ``tf.Module`` or Keras optimizer under management, in place.
 
     Works for any ``keras.Model`` — ``Sequential``, functional, subclassed,
     ``keras.applications`` — without changing how it is defined. The model
@@ -373,8 +341,17 @@ def manage(
     :class:`ManagedModel`), saves and loads as before, and gains ``dispose()``,
     ``state``, ``owned_bytes`` and ``with model:``.
 
+    A ``tf.Module`` (raw ``tf.Variable`` objects trained in a custom
+    ``GradientTape`` step) or a Keras optimizer built outside any model gets
+    the same guarantees: ``dispose()`` releases every buffer it owns (slots
+    included) and purges the registry entries that pin them, its calls in
+    flight are waited for (a module's ``__call__``, an optimizer's
+    ``apply_gradients`` and ``apply``), and every later use raises
+    ``DisposedError``. It becomes an instance of
+    :class:`lifecycle.introspection.ManagedObject` as well as of its class.
+
     Args:
-        model: The model to manage. Managing a model twice is a no-op.
+        model: The model, module or optimizer to manage. Managing twice is a no-op.
         dispose_timeout: Default seconds ``dispose()`` waits for calls in flight.
         session: The owning session; defaults to the current session.
 
@@ -382,7 +359,8 @@ def manage(
         The same model object.
 
     Raises:
-        NotAModelError: ``model`` is not a ``keras.Model``.
+        NotAModelError: ``model`` is not a ``keras.Model``, a ``tf.Module`` or a
+            Keras optimizer.
         ValueError: ``dispose_timeout`` is not a number >= 0 or ``None``, or the
             model is already managed by another session than ``session``.
         LifecycleError: ``session`` is closed.
@@ -396,10 +374,16 @@ def manage(
         16
     """
     if not isinstance(model, keras.Model):
+        if is_manageable_object(model):
+            return manage_object(
+                model,
+                dispose_timeout=check_timeout(dispose_timeout, "dispose_timeout"),
+                session=session,
+            )
         raise NotAModelError(
             "manage() takes a keras.Model (Sequential, functional, subclassed or a "
-            f"keras.applications model). Received: {type(model).__module__}."
-            f"{type(model).__qualname__} object {model!r:.80}"
+            "keras.applications model), a tf.Module or a Keras optimizer. Received: "
+            f"{type(model).__module__}.{type(model).__qualname__} object {model!r:.80}"
         )
     dispose_timeout = check_timeout(dispose_timeout, "dispose_timeout")
     if isinstance(model, ManagedModel):

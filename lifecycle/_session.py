@@ -12,8 +12,9 @@ import contextlib
 import gc
 import itertools
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
@@ -32,6 +33,7 @@ from ._core import (
 from .errors import DisposeInProgressError, DrainTimeoutError, LifecycleError
 
 __all__ = [
+    "DEFAULT_IDLE_COLLECTION",
     "DEFAULT_PRESSURE_THRESHOLD",
     "DEFAULT_TRIM_THRESHOLD",
     "LifecycleSession",
@@ -41,6 +43,10 @@ __all__ = [
 
 #: Bytes that dropped-but-undisposed models may hold that start a collection.
 DEFAULT_PRESSURE_THRESHOLD = 128 * 2**20
+
+#: ``IN_BACKGROUND``: seconds without a new allocation after which the cleaner
+#: collects, if anything allocated since its last collection may have been dropped.
+DEFAULT_IDLE_COLLECTION = 5.0
 
 #: Bytes released by managed models after which the cleaner returns the C
 #: heap's free memory to the system (``malloc_trim(0)``, glibc only).
@@ -55,6 +61,9 @@ class Owned(Protocol):
 
     def dispose_owned(self, timeout: float | None) -> None:
         """Dispose the owned model if it is still alive; raise if it cannot drain."""
+
+    def move_to(self, owner: LifecycleSession) -> None:
+        """Make ``owner`` the owner (the session hands the model out)."""
 
 
 @attrs.frozen
@@ -71,6 +80,14 @@ class SessionStatistics:
         models_cleaned: Models dropped without ``dispose()`` that its cleaner released.
         clear_sessions: Times ``keras.backend.clear_session()`` ran at its close.
         cleaner: The cleaner's counters: collections, their time, byte pressure.
+        variables: Buffers of variables made while it was current that it owns
+            now (``adopt_all``), managed models' included.
+        variable_bytes: Their bytes, by static shape.
+        plain_models: Unmanaged Keras models built while it was current, alive
+            and owned now.
+        variables_released: Buffers it released itself: those of variables the
+            collector found whose traced graphs still held them, and at close.
+        variable_bytes_released: Their bytes.
     """
 
     name: str
@@ -82,6 +99,11 @@ class SessionStatistics:
     models_cleaned: int
     clear_sessions: int
     cleaner: CleanerStatistics
+    variables: int = 0
+    variable_bytes: int = 0
+    plain_models: int = 0
+    variables_released: int = 0
+    variable_bytes_released: int = 0
 
 
 def collect() -> None:
@@ -125,8 +147,16 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+_T = TypeVar("_T")
 _names = itertools.count(1)
 _local = threading.local()
+
+
+def _thread_scopes() -> list[tuple[LifecycleSession, contextlib.ExitStack]]:
+    scopes = getattr(_local, "scopes", None)
+    if scopes is None:
+        scopes = _local.scopes = []
+    return scopes
 
 
 def _stack() -> list[LifecycleSession]:
@@ -158,13 +188,22 @@ _CURRENT: Any = object()
 
 @attrs.define(eq=False)
 class LifecycleSession:
-    """Owns the managed models created while it is current, and cleans up after them.
+    """Owns what is made while it is current, and frees what was dropped by its strategy.
 
     A context manager, used once: ``with LifecycleSession(...) as session:`` makes
-    it the current session of this thread and closes it on exit. Models created
-    (or passed to ``manage()``) while it is current belong to it. A model dropped
-    without ``dispose()`` is cleaned up by the session's cleaner, when the
-    ``cleanup`` strategy says, with a ``ResourceWarning`` naming it.
+    it the current session of this thread and closes it on exit. Like TensorFlow
+    Java's ``EagerSession``, it owns everything created on a thread while it is
+    current: managed models, and (``adopt_all``) plain Keras models of any kind,
+    optimizers, ``tf.Module`` objects and raw ``tf.Variable`` objects, through
+    their variables. Closing it disposes its managed models, releases every
+    buffer it owns and makes its plain models raise ``DisposedError``; what
+    :meth:`hand_out` hands out moves to the parent session and survives.
+
+    A model dropped without ``dispose()`` is cleaned up by the session's
+    cleaner at the strategy's moment (a managed one with a ``ResourceWarning``
+    naming it): on its thread within seconds (``IN_BACKGROUND``), at the next
+    ``safe_point()`` (``ON_SAFE_POINTS``), or by the end of ``close()``
+    (``ON_SESSION_CLOSE``).
 
     Args:
         cleanup: When deferred cleanup runs; see :class:`CleanupStrategy`.
@@ -175,6 +214,12 @@ class LifecycleSession:
             allocate (so might have been dropped) after which the cleaner
             runs a garbage collection (the collector does not see these bytes
             by itself). ``None`` disables.
+        idle_collection: ``IN_BACKGROUND`` only: seconds without a new
+            allocation after which the cleaner runs a collection if a model or
+            variable made since its last collection was not disposed (it may
+            have been dropped: the collector finds it, and the session frees
+            it). At most one collection per burst of allocations. ``None``:
+            only byte pressure starts collections.
         trim_threshold: Buffer bytes released by the session's models after
             which the cleaner hands the C heap's free memory back to the
             operating system (``malloc_trim(0)``: glibc keeps freed memory for
@@ -201,6 +246,11 @@ class LifecycleSession:
             A seam for tests.
         parent: The parent session; defaults to the session current in this
             thread when the session is created.
+        adopt_all: ``True`` (default): own every Keras model, optimizer,
+            ``tf.Module`` and ``tf.Variable`` created on a thread where the
+            session is current (``with session:``, ``session.activate()``),
+            managed or not. ``False``: own managed models only, as the default
+            session does.
 
     Example:
         >>> import keras, lifecycle as lc
@@ -221,6 +271,11 @@ class LifecycleSession:
     trim_threshold: int | None = attrs.field(
         default=DEFAULT_TRIM_THRESHOLD, kw_only=True, validator=_check_threshold
     )
+    idle_collection: float | None = attrs.field(
+        default=DEFAULT_IDLE_COLLECTION,
+        kw_only=True,
+        converter=lambda v: check_timeout(v, "idle_collection"),
+    )
     clear_session: bool = attrs.field(default=False, kw_only=True, validator=_check_bool)
     freeze_heap: bool = attrs.field(default=False, kw_only=True)
     close_timeout: float | None = attrs.field(
@@ -228,6 +283,7 @@ class LifecycleSession:
     )
     collector: Callable[[], Any] = attrs.field(default=collect, kw_only=True, repr=False)
     parent: LifecycleSession | None = attrs.field(default=_CURRENT, kw_only=True, repr=False)
+    adopt_all: bool = attrs.field(default=True, kw_only=True, validator=_check_bool)
     _state: SessionState = attrs.field(default=SessionState.OPEN, init=False)
     _cleaner: Cleaner = attrs.field(init=False, repr=False)
     # Guards _records, _children and the counters. Never taken by finalizers.
@@ -242,6 +298,10 @@ class LifecycleSession:
     _models_disposed: int = attrs.field(default=0, init=False, repr=False)
     _models_cleaned: int = attrs.field(default=0, init=False, repr=False)
     _clear_sessions: int = attrs.field(default=0, init=False, repr=False)
+    # What it owns besides managed models (adopt_all): variables and plain models.
+    _ledger: _tf.Ledger | None = attrs.field(default=None, init=False, repr=False)
+    # Weak references to what hand_out() handed out (adopt_all).
+    _handed: list[weakref.ref[Any]] = attrs.field(factory=list, init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.parent is _CURRENT:
@@ -254,7 +314,15 @@ class LifecycleSession:
             pressure_threshold=self.pressure_threshold,
             collector=self.collector,
             trim_threshold=self.trim_threshold,
+            idle_collection=self.idle_collection,
         )
+        if self.adopt_all:
+            cleaner = self._cleaner
+            self._ledger = _tf.Ledger(
+                self.name,
+                allocated=cleaner.note_allocated,
+                dead=lambda: cleaner.enqueue(self._sweep),
+            )
 
     # -- context ------------------------------------------------------------------
 
@@ -273,10 +341,12 @@ class LifecycleSession:
         if self.freeze_heap:
             freeze_heap()
         _stack().append(self)
+        self._record()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         stack = _stack()
+        self._stop_recording()
         if not stack or stack[-1] is not self:
             if self in stack:
                 stack.remove(self)
@@ -315,14 +385,37 @@ class LifecycleSession:
             )
         stack = _stack()
         stack.append(self)
+        self._record()
         try:
             yield self
         finally:
+            self._stop_recording()
             # Remove this activation, wherever later ones left the stack.
             for index in range(len(stack) - 1, -1, -1):
                 if stack[index] is self:
                     del stack[index]
                     break
+
+    def _record(self) -> None:
+        """Own what the calling thread creates from now on (``adopt_all``)."""
+        if self._ledger is None:
+            return
+        scope = contextlib.ExitStack()
+        scope.enter_context(self._ledger.scope())
+        _thread_scopes().append((self, scope))
+
+    def _stop_recording(self) -> None:
+        if self._ledger is None:
+            return
+        scopes = _thread_scopes()
+        for index in range(len(scopes) - 1, -1, -1):
+            if scopes[index][0] is self:
+                _, scope = scopes.pop(index)
+                # A misnested exit (reported by the caller) leaves TensorFlow's
+                # creator stack to the scope entered last.
+                with contextlib.suppress(RuntimeError):
+                    scope.close()
+                return
 
     # -- ownership ------------------------------------------------------------------
 
@@ -365,6 +458,83 @@ class LifecycleSession:
             else:
                 self._models_disposed += 1
 
+    def hand_out(self, obj: _T, *others: Any) -> _T:
+        """Hand objects out of the session: they move to the parent session and survive.
+
+        A Keras model (managed or not), layer, optimizer, ``tf.Module`` or
+        variable made while the session was current is the session's: closing
+        it frees them. Handed out, they and every variable they hold belong to
+        the parent session instead (the default session owns only managed
+        models: a plain object handed out to it is nobody's, as outside any
+        session).
+
+        Args:
+            obj: The object to keep.
+            *others: More objects to keep.
+
+        Returns:
+            ``obj``, for ``model = session.hand_out(build())``.
+
+        Raises:
+            TypeError: An object is none of the kinds above.
+            LifecycleError: The session is closing or closed.
+
+        Example:
+            >>> import keras, numpy as np, lifecycle as lc
+            >>> def build():
+            ...     return keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+            >>> with lc.LifecycleSession() as session:
+            ...     best = session.hand_out(build())
+            ...     scratch = build()
+            >>> best.predict(np.ones((1, 2)), verbose=0).shape  # scratch's would raise
+            (1, 1)
+        """
+        objects = (obj, *others)
+        with self._lock:
+            if self._state is not SessionState.OPEN:
+                raise LifecycleError(
+                    f"LifecycleSession {self.name!r} is {self._state.value}: what it owned "
+                    "is already released, so nothing can be handed out of it. Hand objects "
+                    "out before the session closes."
+                )
+        self._pass_to_parent(objects)  # raises TypeError first for what it cannot own
+        if self._ledger is not None:
+            with self._lock:
+                # Variables they make later (an optimizer's slots, built by the
+                # first fit) are handed out too, when the session closes.
+                self._handed.extend(weakref.ref(item) for item in objects)
+        parent = self.parent
+        for item in objects:
+            record = getattr(item, "_lifecycle", None)
+            if record is not None and record.owner is self and parent is not None:
+                record.move_to(parent)
+        return obj
+
+    def _pass_to_parent(self, objects: Iterable[Any]) -> None:
+        """Move what ``objects`` hold out of this session's ledger into the parent's."""
+        if self._ledger is None:
+            return
+        taken = self._ledger.take(objects)
+        parent = self.parent
+        if parent is not None and parent._ledger is not None:
+            parent._ledger.put(taken)
+
+    def _release_record(self, record: Owned) -> None:
+        """Stop owning ``record`` without counting it disposed (it moves elsewhere)."""
+        with self._lock:
+            if self._records.pop(id(record), None) is not None:
+                LIVE_MODELS.add(-1)
+
+    def forget_variables(self, variables: list[Any]) -> None:
+        """Variables whose buffers a dispose released: no longer the session's to free."""
+        if self._ledger is not None:
+            self._ledger.discard(variables)
+
+    def _sweep(self) -> None:
+        """Free what the collector found dropped (a cleaner task)."""
+        if self._ledger is not None:
+            self._cleaner.note_released(self._ledger.sweep())
+
     def _adopt_child(self, child: LifecycleSession) -> None:
         with self._lock:
             if self._state is not SessionState.OPEN:
@@ -382,9 +552,14 @@ class LifecycleSession:
         """A safe point: under ``ON_SAFE_POINTS``, run pending cleanup now.
 
         Managed models call it on entering a call, ``fit``, ``predict`` and the
-        other entry points, and on creation; call it from your own loop too.
+        other entry points, and on creation. Called by you, it also collects
+        whenever a model or variable made since the last collection may have
+        been dropped, so that what was dropped before it is freed by its end:
+        call it where a pause is harmless (between days, folds or trials).
         """
-        self._cleaner.safe_point()
+        if self._ledger is not None:
+            self._ledger.ensure_recording()
+        self._cleaner.safe_point(explicit=True)
 
     # -- close ----------------------------------------------------------------------
 
@@ -409,6 +584,8 @@ class LifecycleSession:
                 self._state = SessionState.CLOSING
                 children = list(self._children.values())
                 records = list(self._records.values())
+            if self._ledger is not None:
+                self._ledger.stop_recording()
             errors: list[LifecycleError] = []
             for child in reversed(children):
                 try:
@@ -423,7 +600,18 @@ class LifecycleSession:
             if errors:
                 with self._lock:
                     self._state = SessionState.OPEN
+                if self._ledger is not None:
+                    self._ledger.resume_recording()
                 raise _close_error(self, errors)
+            if self._ledger is not None:
+                with self._lock:
+                    handed, self._handed = self._handed, []
+                self._pass_to_parent(item for ref in handed if (item := ref()) is not None)
+                # After the managed models' drained disposals: the rest has no gate.
+                _, released = self._ledger.close()
+                self._cleaner.note_released(released)
+            else:
+                released = 0
             successor = self.parent.cleaner if self.parent is not None else None
             if successor is not None and KERNEL_CACHE.due():
                 # Models disposed by a close leave their released buffers' stale
@@ -433,9 +621,12 @@ class LifecycleSession:
                 successor.enqueue(clear_kernel_cache_when_due)
             with self._lock:
                 # Records left after disposing every live model belong to models
-                # dropped without dispose(): only they need a collection to be found.
+                # dropped without dispose(): only they need a collection to be found
+                # (their buffers were released above if the session made them).
                 dropped = bool(self._records)
-            self._cleaner.close(successor, collect=dropped or successor is None)
+            # What the close released goes back to the system now (a trim), not
+            # whenever the successor's threshold is next reached.
+            self._cleaner.close(successor, collect=dropped or successor is None, trim=released > 0)
             self._maybe_clear_session()
             with self._lock:
                 self._state = SessionState.CLOSED
@@ -453,6 +644,10 @@ class LifecycleSession:
 
     def statistics(self) -> SessionStatistics:
         """A frozen snapshot of the session and its cleaner."""
+        buffers = nbytes = models = released = released_bytes = 0
+        if self._ledger is not None:
+            buffers, nbytes, models = self._ledger.counts()
+            released, released_bytes = self._ledger.released()
         with self._lock:
             return SessionStatistics(
                 name=self.name,
@@ -464,6 +659,11 @@ class LifecycleSession:
                 models_cleaned=self._models_cleaned,
                 clear_sessions=self._clear_sessions,
                 cleaner=self._cleaner.statistics(),
+                variables=buffers,
+                variable_bytes=nbytes,
+                plain_models=models,
+                variables_released=released,
+                variable_bytes_released=released_bytes,
             )
 
 
@@ -487,7 +687,7 @@ def _root() -> LifecycleSession:
     global _default
     with _default_lock:
         if _default is None:
-            _default = LifecycleSession(name="default", parent=None)
+            _default = LifecycleSession(name="default", parent=None, adopt_all=False)
         return _default
 
 

@@ -55,7 +55,8 @@ def test_on_safe_points_cleans_only_at_a_safe_point():
         model_ref, handle_ref = drop(model)
         del model
         collect_until(lambda: model_ref() is None, "the dropped model collected")
-        assert session.statistics().cleaner.queued == 1
+        # Its clean-up and the session's sweep of the variables found dead wait.
+        assert session.statistics().cleaner.queued == 2
         gc.collect()
         assert handle_ref() is not None  # still pinned: nothing ran
         assert session.statistics().models_cleaned == 0
@@ -128,6 +129,7 @@ def test_a_cleanup_counts_only_the_buffers_it_frees():
         model = trained(name="partly_kept")
         owned = model.owned_bytes
         kept = model.layers[1].kernel  # 8 x 16 float32: 512 bytes, referenced here
+        session.hand_out(kept)  # and kept past the session's close, which frees the rest
         values = kept.numpy()
         kept_handle = weakref.ref(kept.value.handle)
         freed_handle = weakref.ref(model.layers[2].kernel.value.handle)

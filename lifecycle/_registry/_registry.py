@@ -592,12 +592,12 @@ class ModelRegistry:
     def _acquire(
         self, name: str, version: int | None, label: str | None, key: Any
     ) -> LoadedVersion:
-        self._session.safe_point()
+        self._session.cleaner.safe_point()
         return self._table.acquire(name, version, label, key, self.lease_timeout)
 
     def _release(self, loaded: LoadedVersion) -> None:
         self._retirement.lease_returned(loaded)
-        self._session.safe_point()
+        self._session.cleaner.safe_point()
 
     # -- swaps, labels, routes ------------------------------------------------------
 

@@ -61,10 +61,10 @@ class LifecycleCallback(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if self.safe_point_every is not None and (batch + 1) % self.safe_point_every == 0:
-            self._session().safe_point()
+            self._session().cleaner.safe_point()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-        self._session().safe_point()
+        self._session().cleaner.safe_point()
         stats = statistics(count_graphs=False)
         values = {
             "lifecycle_rss_mib": (stats.rss_bytes or 0) / MiB,
