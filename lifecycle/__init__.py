@@ -11,6 +11,9 @@ The everyday names are here. Tuning names (the CPU allocator, default
 thresholds and timeouts) are in :mod:`lifecycle.tuning`; introspection names
 (the self-check, per-object statistics) in :mod:`lifecycle.introspection`. Both
 are still importable from here under their old names.
+
+In IPython and Jupyter, ``%load_ext lifecycle`` disposes, after each cell, the
+models the notebook no longer refers to (:mod:`lifecycle.integrations.ipython`).
 """
 
 # First thing: the allocator is chosen before anything imports TensorFlow, which
@@ -190,9 +193,21 @@ _SUBPACKAGES = (
     "tuning",
 )
 
-__getattr__, __dir__ = _attach(
+_getattr, __dir__ = _attach(
     __name__,
     {**_EVERYDAY, **_MOVED},
     _SUBPACKAGES,
     unlisted=("server",),  # needs the serve extra
 )
+# IPython's extension protocol (`%load_ext lifecycle`, docs/notebooks.md): IPython
+# looks the two hooks up with hasattr(). Served here on each lookup, they are not
+# names of the library: not in __all__ or dir(), and not kept as attributes.
+_IPYTHON_HOOKS = ("load_ipython_extension", "unload_ipython_extension")
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _IPYTHON_HOOKS:
+        from .integrations import ipython
+
+        return getattr(ipython, name)
+    return _getattr(name)

@@ -1,4 +1,4 @@
-"""Integrations with the tools that build or serve many models: KerasTuner, scikit-learn, Ray.
+"""Integrations with tools that build or serve many models: KerasTuner, scikit-learn, Ray, IPython.
 
 Each lives in its own module, imported on first use, so ``import lifecycle``
 never imports KerasTuner, scikit-learn or Ray:
@@ -16,7 +16,11 @@ never imports KerasTuner, scikit-learn or Ray:
 * :mod:`lifecycle.integrations.ray` (extra ``ray``): Ray Serve multiplexing
   whose evicted models are disposed once their requests end, and Ray Tune
   trainables that dispose every model of a trial (its names are reached
-  through that subpackage only).
+  through that subpackage only);
+* :mod:`lifecycle.integrations.ipython`: the IPython extension
+  (``%load_ext lifecycle``) that disposes, after each cell, the models a
+  notebook no longer refers to (its names are reached through that module
+  only).
 
 The names are also reachable here (``lifecycle.integrations.managed_tuner``),
 which imports their module then.
@@ -40,4 +44,4 @@ _MODULES = {
 __all__ = sorted(name for names in _MODULES.values() for name in names)
 
 # `ray` needs its extra: reachable as an attribute, left out of dir().
-__getattr__, __dir__ = attach(__name__, _MODULES, unlisted=("ray",))
+__getattr__, __dir__ = attach(__name__, _MODULES, ("ipython",), unlisted=("ray",))
