@@ -32,11 +32,14 @@ EXPECTED = {
     "request_batching.py": "requests per batch",
     "ray_serve_multiplexed.py": "failed requests: 0",
     "ray_tune_sweep.py": "models live between trials: 0;",
+    "custom_training_loop.py": "tf.Module and its optimizer disposed: 408 bytes; calling it raises",
+    "sweep_optuna.py": "in a session: TensorFlow holds",
 }
 # Arguments that keep an example short; the defaults show the full effect.
 ARGS = {
     "monitoring.py": ["--cycles", "5"],
     "sweep_keras_tuner.py": ["--trials", "3"],
+    "custom_training_loop.py": ["--days", "3"],
     # One architecture: the line checked is MobileNetV2's.
     "sweep_architectures.py": ["--archs", "MobileNetV2", "--side", "32"],
 }
@@ -58,6 +61,10 @@ RUN_BY = {
     ),
     "ray_tune_sweep.py": (
         "tests/test_integrations_ray_tune.py::test_example_disposes_every_trial_before_the_next"
+    ),
+    "sweep_optuna.py": (
+        "tests/test_integrations_optuna.py"
+        "::test_a_study_inside_a_session_is_flat_where_the_plain_study_grows"
     ),
 }
 
