@@ -159,7 +159,6 @@ class ManagedModel(Managed, keras.Model):
         <ModelState.DISPOSED: 'disposed'>
     """
 
-
     def __new__(cls, *args: Any, **kwargs: Any) -> ManagedModel:
         _tf.check_compatibility()
         if _tf.keras_internals.is_functional_call(args, kwargs):

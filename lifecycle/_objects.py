@@ -56,7 +56,6 @@ class ManagedObject(Managed):
     attribute read raises :class:`~lifecycle.errors.DisposedError`.
     """
 
-
     def __getattribute__(self, name: str) -> Any:
         if name[0] != "_" and name not in _ALWAYS:
             record = object.__getattribute__(self, "_lifecycle")
