@@ -172,14 +172,15 @@ def test_the_threads_random_generators_survive_the_session_that_made_them_first(
     joined(thread)
 
 
-def test_recording_resumes_after_clear_session_at_the_next_model():
+def test_recording_goes_on_after_clear_session():
     with lc.LifecycleSession() as session:
-        keras.backend.clear_session(free_memory=False)  # replaces TensorFlow's graph
+        keras.backend.clear_session(free_memory=False)  # replaces the thread's TF graph
+        raw = tf.Variable(tf.ones((3,)))  # no Keras model since: still the session's
         model = plain_model()
-        # Two kernels, two biases, Adam's iteration count and learning rate,
-        # the loss tracker's total and count.
-        assert session.statistics().variables == 8
-    assert released(model.weights[0])
+        # The raw variable; two kernels, two biases, Adam's iteration count and
+        # learning rate, the loss tracker's total and count.
+        assert session.statistics().variables == 1 + 8
+    assert released(raw) and released(model.weights[0])
 
 
 # --- the article's daily loop ----------------------------------------------------------------

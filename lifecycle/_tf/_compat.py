@@ -384,8 +384,9 @@ _CHECKS += (
         _recording.self_check,
     ),
     (
-        "a session's ledger: tf.variable_creator_scope sees every variable; "
-        "tf.Module._flatten; a dead variable's pinned buffer released "
+        "a session's ledger: tf.variable_creator_scope sees every variable, again after "
+        "tf.compat.v1.reset_default_graph; tf.Module._flatten; a dead variable's pinned "
+        "buffer released "
         "through its handle; the global random generators (stateful_random_ops."
         "global_generator, Keras global_state)",
         _ledger.self_check,

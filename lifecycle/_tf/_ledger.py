@@ -22,6 +22,7 @@ nobody.
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 import weakref
@@ -39,6 +40,42 @@ from . import _keras, _purge, _recording, _release, _resources
 from ._internal import internal
 
 __all__ = ["Ledger", "LedgerEntries"]
+
+# The ledgers with a scope open on each thread, innermost last.
+_active = threading.local()
+# Guards the installation of the reset hook; TensorFlow's own function once installed.
+_hook_lock = threading.Lock()
+_original_reset: Any = None
+
+
+def _install_reset_hook() -> None:
+    """Have the thread's ledgers record again after its default graph is reset.
+
+    ``keras.backend.clear_session()`` calls ``tf.compat.v1.reset_default_graph()``,
+    which gives the calling thread a new default graph, and the variable
+    creators of the old one go with it: a daily loop that clears its session
+    and then builds only raw ``tf.Variable`` objects would be missed from its
+    second day on. TensorFlow has no hook for it, so the function is wrapped,
+    once; it acts only on threads where a ledger's scope is open.
+
+    Raises:
+        CompatibilityError: TensorFlow no longer has the function.
+    """
+    global _original_reset
+    with _hook_lock:
+        if _original_reset is not None:
+            return
+        v1 = tf.compat.v1
+        original = internal(v1, "reset_default_graph", "tf.compat.v1.reset_default_graph")
+
+        @functools.wraps(original)
+        def reset_default_graph() -> None:
+            original()
+            for ledger in getattr(_active, "ledgers", ()):
+                ledger.ensure_recording()
+
+        v1.reset_default_graph = reset_default_graph
+        _original_reset = original
 
 
 @attrs.define(eq=False, slots=True)
@@ -119,11 +156,15 @@ class Ledger:
         if installed is None:
             installed = self._thread.installed = []
         depth = len(installed)
+        _install_reset_hook()
         self._install()
+        ledgers = getattr(_active, "ledgers", ())
+        _active.ledgers = (*ledgers, self)
         try:
             with _recording.observe_thread_models(self._note_model):
                 yield
         finally:
+            _active.ledgers = tuple(ledger for ledger in _active.ledgers if ledger is not self)
             # Exit what this block installed, the re-installations included.
             while len(installed) > depth:
                 _, creator_scope = installed.pop()
@@ -138,11 +179,12 @@ class Ledger:
         self._thread.installed.append((ops.get_default_graph(), creator_scope))
 
     def ensure_recording(self) -> None:
-        """Record again on this thread if ``keras.backend.clear_session()`` stopped it.
+        """Record again on this thread if its default graph was replaced.
 
-        ``clear_session()`` replaces TensorFlow's default graph, and the
-        variable creators of this thread with it. Called when a Keras model is
-        built, at an explicit safe point and when something is handed out.
+        ``keras.backend.clear_session()`` (``tf.compat.v1.reset_default_graph()``)
+        replaces TensorFlow's default graph of the calling thread, and the
+        variable creators with it. Called right after such a reset, and when a
+        Keras model is built or an explicit safe point is reached.
         """
         installed = getattr(self._thread, "installed", None)
         graph = ops.get_default_graph()
@@ -390,11 +432,11 @@ class Ledger:
 
 
 def self_check() -> None:
-    """The creators see every kind of variable; a dead variable's pinned buffer is freed.
+    """The creators see every kind of variable, after a reset of the graph too.
 
-    Not exercised here, because it would reset every thread's Keras state and
-    TensorFlow's graph: that ``keras.backend.clear_session()`` replaces the
-    default graph, which :meth:`Ledger.ensure_recording` notices (the tests do).
+    A dead variable's pinned buffer is freed. The reset is the thread's own
+    ``tf.compat.v1.reset_default_graph()`` (what ``keras.backend.clear_session()``
+    calls, which is not called here: it would reset every thread's Keras state).
     """
     died: list[bool] = []
     ledger = Ledger("self-check", allocated=lambda *_: None, dead=lambda: died.append(True))
@@ -434,5 +476,9 @@ def self_check() -> None:
     internal(stateful_random_ops, "global_generator", "tf.random global_generator")
     internal(global_state, "get_global_attribute", "keras global_state.get_global_attribute")
     assert ledger.counts()[0] == buffers - 1, ledger.counts()
+    with ledger.scope():
+        tf.compat.v1.reset_default_graph()  # this thread's graph only
+        tf.Variable(1.0)
+    assert ledger.counts()[0] == buffers, "a variable made after a graph reset was missed"
     ledger.close()
     assert _resources.object_variables(model)[0].numpy().shape == (0,)
