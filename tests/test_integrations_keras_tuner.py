@@ -207,3 +207,27 @@ def test_the_notebook_cell_run_twice_disposes_its_first_run(tmp_path):
     assert namespace["tuner"].lifecycle_statistics().models_disposed == 4
     namespace["cell"].close()
     assert released(namespace["best"])
+
+
+def build_unrecorded(hp):
+    """Recorder's model, kept by nobody but KerasTuner."""
+    return Recorder()(hp)
+
+
+def test_a_plain_search_inside_a_session_keeps_one_trials_buffers_at_most(tmp_path):
+    # KerasTuner as it ships: clear_session() and gc.collect() at each trial's start,
+    # which leave every trial's buffers pinned. Inside a session, what that collection
+    # finds dropped is freed.
+    with lc.LifecycleSession() as session:
+        tuner = search(kt.RandomSearch, tmp_path, build_unrecorded, trials=4)
+        assert session.cleaner.wait_idle(30)
+        stats = session.statistics()
+        (best,) = tuner.get_best_models(1)
+        session.hand_out(best)
+    # One trial's buffers at most (4 weights, Adam's iteration count, learning rate and 8
+    # slots, the loss's and the accuracy's totals and counts): the last trial's, which
+    # KerasTuner still holds. The constructor's model and the first three trials' freed.
+    assert stats.variables <= 18 and stats.plain_models <= 1, stats
+    assert stats.variables_released >= 3 * 4 * 3, stats
+    x, _ = digits(4)
+    assert best.predict(x, verbose=0).shape == (4, 10)  # handed out: it survived the close
