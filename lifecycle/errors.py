@@ -6,13 +6,13 @@ Library-specific failures raise one of the exceptions below. Each derives from
 Arguments of the wrong type or out of range (a negative timeout, a threshold that
 is not an int) raise the plain built-in ``ValueError`` or ``TypeError``, as
 Python's own functions do, not a :class:`LifecycleError`; only ``manage()`` of
-something that is not a Keras model has its own :class:`NotAModelError`::
+something it cannot manage has its own :class:`NotAModelError`::
 
     LifecycleError(Exception)
-    ├── DisposedError(RuntimeError)           use of a model after dispose()
+    ├── DisposedError(RuntimeError)           use of a model (or its closed session's) after dispose
     ├── DisposeInProgressError(RuntimeError)  dispose() from inside the model's own call
     ├── DrainTimeoutError(TimeoutError)       calls in flight did not finish in time
-    ├── NotAModelError(TypeError)             manage() of something that is not a Keras model
+    ├── NotAModelError(TypeError)             manage() of neither a model, a module nor an optimizer
     ├── CompatibilityError(RuntimeError)      a TensorFlow/Keras internal has moved
     ├── UnknownModelError(LookupError)        a registry name, version or label that is not loaded
     ├── LoadError(RuntimeError)               a registry load failed (factory, file, warm-up)
@@ -77,7 +77,7 @@ class DrainTimeoutError(LifecycleError, TimeoutError):
 
 
 class NotAModelError(LifecycleError, TypeError):
-    """``manage()`` received something that is not a ``keras.Model``."""
+    """``manage()`` received neither a ``keras.Model``, a ``tf.Module`` nor a Keras optimizer."""
 
 
 class CompatibilityError(LifecycleError, RuntimeError):
