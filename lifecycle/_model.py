@@ -372,27 +372,23 @@ def manage(
         >>> model.dispose().bytes_released
         16
     """
-    if not isinstance(model, keras.Model):
-        if is_manageable_object(model):
-            return manage_object(
-                model,
-                dispose_timeout=check_timeout(dispose_timeout, "dispose_timeout"),
-                session=session,
-            )
+    if not isinstance(model, keras.Model) and not is_manageable_object(model):
         raise NotAModelError(
             "manage() takes a keras.Model (Sequential, functional, subclassed or a "
             "keras.applications model), a tf.Module or a Keras optimizer. Received: "
             f"{type(model).__module__}.{type(model).__qualname__} object {model!r:.80}"
         )
     dispose_timeout = check_timeout(dispose_timeout, "dispose_timeout")
-    if isinstance(model, ManagedModel):
+    if isinstance(model, Managed):
         owner = model._lifecycle.owner
         if session is not None and session is not owner:
             raise ValueError(
                 f"{model._lifecycle.describe()} is already owned by LifecycleSession "
-                f"{owner.name!r}; a model has one owner. Received: session={session.name!r}"
+                f"{owner.name!r}; it has one owner. Received: session={session.name!r}"
             )
         return model
+    if not isinstance(model, keras.Model):
+        return manage_object(model, dispose_timeout=dispose_timeout, session=session)
     _tf.check_compatibility()
     managed_class = _tf.keras_internals.subclass_variant(ManagedModel, type(model))
     _adopt(model, session, dispose_timeout)

@@ -150,15 +150,10 @@ def is_manageable_object(obj: Any) -> bool:
 def manage_object(
     obj: _Object, *, dispose_timeout: float | None, session: LifecycleSession | None
 ) -> _Object:
-    """Put a ``tf.Module`` or a Keras optimizer under management, in place (see ``manage``)."""
-    if isinstance(obj, ManagedObject):
-        owner = obj._lifecycle.owner
-        if session is not None and session is not owner:
-            raise ValueError(
-                f"{obj._lifecycle.describe()} is already owned by LifecycleSession "
-                f"{owner.name!r}; an object has one owner. Received: session={session.name!r}"
-            )
-        return obj
+    """Put a ``tf.Module`` or a Keras optimizer under management, in place.
+
+    ``manage()`` calls it for an object not managed yet, its arguments checked.
+    """
     _tf.check_compatibility()
     if isinstance(obj, keras.optimizers.Optimizer):
         mixin: type = _ManagedOptimizer
