@@ -400,6 +400,10 @@ class ModelRecord:
                     f"dispose() of {self.describe()}: {error}", RuntimeWarning, stacklevel=3
                 )
 
+    def in_use(self) -> bool:
+        """Whether a call of the model is in flight now."""
+        return self.gate.in_flight() > 0
+
     def dispose_owned(self, timeout: float | None) -> None:
         """Dispose the model if it is still alive (its session is closing)."""
         model = self._model() if self._model is not None else None

@@ -65,6 +65,9 @@ class Owned(Protocol):
     def move_to(self, owner: LifecycleSession) -> None:
         """Make ``owner`` the owner (the session hands the model out)."""
 
+    def in_use(self) -> bool:
+        """Whether a call of the model is in flight now."""
+
 
 @attrs.frozen
 class SessionStatistics:
@@ -218,8 +221,9 @@ class LifecycleSession:
             allocation after which the cleaner runs a collection if a model or
             variable made since its last collection was not disposed (it may
             have been dropped: the collector finds it, and the session frees
-            it). At most one collection per burst of allocations. ``None``:
-            only byte pressure starts collections.
+            it). At most one collection per burst of allocations, and none
+            while one of its managed models is inside a call (a long ``fit``).
+            ``None``: only byte pressure starts collections.
         trim_threshold: Buffer bytes released by the session's models after
             which the cleaner hands the C heap's free memory back to the
             operating system (``malloc_trim(0)``: glibc keeps freed memory for
@@ -315,6 +319,7 @@ class LifecycleSession:
             collector=self.collector,
             trim_threshold=self.trim_threshold,
             idle_collection=self.idle_collection,
+            busy=self._in_use,
         )
         if self.adopt_all:
             cleaner = self._cleaner
@@ -529,6 +534,12 @@ class LifecycleSession:
         """Variables whose buffers a dispose released: no longer the session's to free."""
         if self._ledger is not None:
             self._ledger.discard(variables)
+
+    def _in_use(self) -> bool:
+        """Whether one of its managed models is inside a call (no idle collection now)."""
+        with self._lock:
+            records = list(self._records.values())
+        return any(record.in_use() for record in records)
 
     def _sweep(self) -> None:
         """Free what the collector found dropped (a cleaner task)."""

@@ -218,6 +218,10 @@ class Cleaner:
             included (it may have been dropped since). Garbage of no owner
             waits for byte pressure. ``None``: only byte pressure starts
             collections.
+        busy: Whether an owner is in use now (a managed model inside a call):
+            an idle collection then waits for another idle spell, since the
+            owner that allocated last is most likely the one in use (a long
+            ``fit``).
     """
 
     strategy: CleanupStrategy
@@ -227,6 +231,7 @@ class Cleaner:
     trim_threshold: int | None = None
     trimmer: Callable[[], bool] | None = None
     idle_collection: float | None = None
+    busy: Callable[[], bool] | None = None
     # Deferred work: callables, _Token and _Idle items. put() is lock-free.
     _queue: queue.SimpleQueue[Any] = attrs.field(factory=queue.SimpleQueue, init=False)
     # Guards the counters below; never taken from a finalizer.
@@ -553,8 +558,13 @@ class Cleaner:
                 and self._undisposed()
                 and time.monotonic() - self._allocated_at >= idle
             )
-        if due:
-            self._collect()
+        if not due:
+            return
+        if self.busy is not None and self.busy():
+            with self._lock:
+                self._allocated_at = time.monotonic()  # look again after another spell
+            return
+        self._collect()
 
     def _run(self, item: Any) -> None:
         if item is _Token.COLLECT:

@@ -282,6 +282,27 @@ def test_background_collects_once_after_an_idle_spell_for_an_undisposed_owner():
     cleaner.close(collect=False)
 
 
+def test_no_idle_collection_while_an_owner_is_in_use():
+    calls, busy = [], [True]
+    cleaner = Cleaner(
+        strategy=CleanupStrategy.IN_BACKGROUND,
+        name="busy",
+        pressure_threshold=None,
+        collector=lambda: calls.append(1),
+        idle_collection=0.1,
+        busy=lambda: busy[0],
+    )
+    cleaner.note_allocated(10, owner="model")  # then a long fit: in use
+    time.sleep(0.5)  # several idle spells went by
+    assert calls == []
+    busy[0] = False  # the call returned: the next spell collects
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls == [1]
+    cleaner.close(collect=False)
+
+
 def test_close_trims_what_its_owner_released_without_a_collection():
     trims = []
     cleaner = Cleaner(
