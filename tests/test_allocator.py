@@ -391,8 +391,11 @@ def test_with_lifecycle_allocator_system_dispose_gives_memory_back(run_child):
     for cycle in cycles:
         returned = cycle["fitted"] - cycle["after"]
         assert returned >= 0.7 * owned, f"{returned:.1f} MiB back of a {owned:.0f} MiB model"
+    # Kept, the two cycles would add 2 x 72 MiB. Measured here: under 18 MiB in most runs,
+    # 26.7-26.8 MiB in 3 of 16 (the tree before sessions owned everything included): the
+    # bound leaves room for that, not for a model kept.
     grown = cycles[-1]["after"] - cycles[1]["after"]
-    assert grown < 0.25 * owned, f"RSS grew {grown:.1f} MiB over 2 cycles ({owned:.0f} MiB model)"
+    assert grown < 0.5 * owned, f"RSS grew {grown:.1f} MiB over 2 cycles ({owned:.0f} MiB model)"
     assert "oneDNN's CPU pool" not in result["leaks"]
 
 
