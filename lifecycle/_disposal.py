@@ -496,7 +496,7 @@ class Managed:
     """What a managed model, module or optimizer shows of its record (a mixin).
 
     ``ManagedModel`` and ``ManagedObject`` put it in front of the object's own
-    class; their ``dispose()`` and ``with`` differ, the rest is this.
+    class; each has its own ``dispose()``, which leaving a ``with`` block calls.
     """
 
     _lifecycle: ModelRecord
@@ -534,6 +534,14 @@ class Managed:
             return 0
         leaves = _tf.variable_leaves(_tf.object_variables(self))
         return sum(_tf.leaf_nbytes(leaf) for leaf in leaves)
+
+    def __enter__(self) -> Any:
+        if self._lifecycle.state is not ModelState.LIVE:
+            raise disposed_error(self, "`with`")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.dispose()  # type: ignore[attr-defined]  # ManagedModel's or ManagedObject's
 
 
 def disposed_error(model: keras.Model, what: str) -> DisposedError:

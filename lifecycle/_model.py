@@ -295,14 +295,6 @@ class ManagedModel(Managed, keras.Model):
             self.optimizer.build(self.trainable_variables)
         return None
 
-    def __enter__(self) -> ManagedModel:
-        if self._lifecycle.state is not ModelState.LIVE:
-            raise disposed_error(self, "`with model:`")
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.dispose()
-
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle (and ``copy.deepcopy``) like the Keras model it is.
 

@@ -90,14 +90,6 @@ class ManagedObject(Managed):
         """
         return self._lifecycle.dispose(self, timeout, collect, coordinate=False)
 
-    def __enter__(self) -> Any:
-        if self._lifecycle.state is not ModelState.LIVE:
-            raise disposed_error(self, "`with`")
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.dispose()
-
 
 def _gated(mixin: type, name: str) -> Any:
     def entry_point(self: Any, *args: Any, **kwargs: Any) -> Any:
