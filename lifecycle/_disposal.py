@@ -8,12 +8,13 @@ model strongly, so it never keeps a dropped model alive.
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -50,6 +51,7 @@ __all__ = [
     "ModelRecord",
     "disposed_error",
     "held",
+    "run_guarded",
 ]
 
 #: Seconds ``dispose()`` waits for calls in flight unless told otherwise.
@@ -490,6 +492,42 @@ class ModelRecord:
         if self._finalizer is not None:
             self._finalizer.detach()
         self.owner.forget(self, cleaned=cleaned)
+
+
+class Refresh(enum.Enum):
+    """When a guarded entry point re-reads the object's buffers (for byte accounting)."""
+
+    ALWAYS = "always"  # may create variables and is not on a per-request path
+    FIRST = "first"  # hot path: only its first outermost call
+    NEVER = "never"  # creates no variables
+
+
+def run_guarded(
+    obj: Any, name: str, method: Callable[..., Any], refresh: Refresh, *args: Any, **kwargs: Any
+) -> Any:
+    """Call ``method`` as ``obj``'s entry point ``name``: gated, a safe point, bytes counted.
+
+    A call after ``dispose()`` raises ``DisposedError``; a call in flight is
+    what ``dispose()`` waits for; an outermost call is a safe point of the
+    owning session; and the buffers it may have created are counted as
+    ``refresh`` says.
+    """
+    record: ModelRecord = object.__getattribute__(obj, "_lifecycle")
+    depth = record.gate.enter()
+    if not depth:
+        raise disposed_error(obj, f"`{name}`")
+    try:
+        if depth == 1:
+            record.owner.cleaner.safe_point()
+        result = method(*args, **kwargs)
+        if depth == 1 and (
+            refresh is Refresh.ALWAYS or (refresh is Refresh.FIRST and name not in record.refreshed)
+        ):
+            record.refreshed.add(name)
+            record.refresh(obj)
+        return result
+    finally:
+        record.gate.exit()
 
 
 class Managed:

@@ -8,7 +8,6 @@ state and the optimizer, and collect (now, or through the session's cleaner).
 
 from __future__ import annotations
 
-import enum
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,8 +24,9 @@ from ._disposal import (
     DisposeReport,
     Managed,
     ModelRecord,
-    disposed_error,
+    Refresh,
     held,
+    run_guarded,
 )
 from ._objects import is_manageable_object, manage_object
 from ._session import LifecycleSession, current_session
@@ -35,59 +35,35 @@ from .errors import NotAModelError
 __all__ = ["DEFAULT_DISPOSE_TIMEOUT", "DisposeReport", "ManagedModel", "ModelStatistics", "manage"]
 
 
-class _Refresh(enum.Enum):
-    """When an entry point re-reads the model's buffers (for byte accounting)."""
-
-    ALWAYS = "always"  # may create variables and is not on a per-request path
-    FIRST = "first"  # hot path: only its first outermost call
-    NEVER = "never"  # creates no variables
-
-
 # Entry points that read or write the model's variables (the names are
 # _tf.keras_internals.ENTRY_POINTS, which the self-check looks up). Each is a
 # safe point of the owning session, and after dispose() raises DisposedError
 # instead of a TensorFlow shape error or a crash.
 _ENTRY_POINTS = {
-    "__call__": _Refresh.FIRST,
-    "compile": _Refresh.ALWAYS,
-    "evaluate": _Refresh.ALWAYS,
-    "export": _Refresh.NEVER,
-    "fit": _Refresh.ALWAYS,
-    "get_weights": _Refresh.NEVER,
-    "load_weights": _Refresh.ALWAYS,
-    "predict": _Refresh.ALWAYS,
-    "predict_on_batch": _Refresh.FIRST,
-    "quantize": _Refresh.ALWAYS,
-    "save": _Refresh.NEVER,
-    "save_weights": _Refresh.NEVER,
-    "set_weights": _Refresh.NEVER,
-    "test_on_batch": _Refresh.FIRST,
-    "train_on_batch": _Refresh.FIRST,
+    "__call__": Refresh.FIRST,
+    "compile": Refresh.ALWAYS,
+    "evaluate": Refresh.ALWAYS,
+    "export": Refresh.NEVER,
+    "fit": Refresh.ALWAYS,
+    "get_weights": Refresh.NEVER,
+    "load_weights": Refresh.ALWAYS,
+    "predict": Refresh.ALWAYS,
+    "predict_on_batch": Refresh.FIRST,
+    "quantize": Refresh.ALWAYS,
+    "save": Refresh.NEVER,
+    "save_weights": Refresh.NEVER,
+    "set_weights": Refresh.NEVER,
+    "test_on_batch": Refresh.FIRST,
+    "train_on_batch": Refresh.FIRST,
 }
 
 _Model = TypeVar("_Model", bound=keras.Model)
 
 
-def _guarded(name: str, refresh: _Refresh) -> Callable[..., Any]:
+def _guarded(name: str, refresh: Refresh) -> Callable[..., Any]:
     def entry_point(self: ManagedModel, *args: Any, **kwargs: Any) -> Any:
-        record: ModelRecord = self._lifecycle
-        depth = record.gate.enter()
-        if not depth:
-            raise disposed_error(self, f"`{name}`")
-        try:
-            if depth == 1:
-                record.owner.cleaner.safe_point()
-            method = _tf.keras_internals.model_method(super(ManagedModel, self), name)
-            result = method(*args, **kwargs)
-            if depth == 1 and (
-                refresh is _Refresh.ALWAYS
-                or (refresh is _Refresh.FIRST and name not in record.refreshed)
-            ):
-                record.refreshed.add(name)
-                record.refresh(self)
-            return result
-        finally:
-            record.gate.exit()
+        method = _tf.keras_internals.model_method(super(ManagedModel, self), name)
+        return run_guarded(self, name, method, refresh, *args, **kwargs)
 
     # Looked up again on each call: a method Keras renamed fails the self-check
     # (and the call) with a CompatibilityError, not `import lifecycle`.

@@ -26,7 +26,15 @@ import tensorflow as tf
 
 from . import _tf
 from ._core import ModelState
-from ._disposal import DEFAULT, DisposeReport, Managed, ModelRecord, disposed_error
+from ._disposal import (
+    DEFAULT,
+    DisposeReport,
+    Managed,
+    ModelRecord,
+    Refresh,
+    disposed_error,
+    run_guarded,
+)
 from ._session import LifecycleSession, current_session
 
 __all__ = ["ManagedObject", "is_manageable_object", "manage_object"]
@@ -93,22 +101,10 @@ class ManagedObject(Managed):
 
 def _gated(mixin: type, name: str) -> Any:
     def entry_point(self: Any, *args: Any, **kwargs: Any) -> Any:
-        record: ModelRecord = object.__getattribute__(self, "_lifecycle")
-        depth = record.gate.enter()
-        if not depth:
-            raise disposed_error(self, f"`{name}`")
-        try:
-            if depth == 1:
-                record.owner.cleaner.safe_point()
-            result = getattr(super(mixin, self), name)(*args, **kwargs)
-            if depth == 1 and name not in record.refreshed:
-                # Its first call may create variables (a module's lazy weights,
-                # an optimizer's slots): count them.
-                record.refreshed.add(name)
-                record.refresh(self)
-            return result
-        finally:
-            record.gate.exit()
+        # Its first call may create variables (a module's lazy weights, an
+        # optimizer's slots): they are counted then.
+        method = getattr(super(mixin, self), name)
+        return run_guarded(self, name, method, Refresh.FIRST, *args, **kwargs)
 
     entry_point.__name__ = name
     entry_point.__qualname__ = f"{mixin.__name__}.{name}"
