@@ -77,6 +77,18 @@ class ServerConfig:
         memory_budget: Bytes the loaded versions may hold (``--memory_budget``).
         max_loaded: Versions loaded at once (``--max_loaded``).
         max_request_bytes: The largest request body accepted (``--max_request_bytes``).
+        max_connections: HTTP connections open at once (``--max_connections``);
+            a request beyond them is answered 503.
+        body_read_timeout_seconds: How long an HTTP request's body may take to
+            arrive (``--body_read_timeout_seconds``); slower: 408, and the
+            connection closes.
+        max_queued_requests: REST requests, and gRPC calls, that may wait for a
+            worker thread (``--max_queued_requests``); one beyond is refused
+            at once with 503 / ``RESOURCE_EXHAUSTED``.
+        max_json_depth: How deep a request's JSON may nest
+            (``--max_json_depth``); deeper: 400.
+        max_request_rows: Rows (the inputs' first dimension, or examples) one
+            request may hold (``--max_request_rows``); more: 400.
         drain_seconds: On SIGTERM/SIGINT, how long requests in flight may take
             to finish, and leases to drain, before the process exits.
         file_system_poll_wait_seconds: How often to look for new versions under
@@ -158,6 +170,15 @@ class ServerConfig:
     max_request_bytes: int = attrs.field(
         default=64 * 2**20, validator=validator("max_request_bytes")
     )
+    max_connections: int = attrs.field(default=512, validator=validator("max_connections"))
+    body_read_timeout_seconds: float = attrs.field(
+        default=30.0, validator=validator("body_read_timeout_seconds")
+    )
+    max_queued_requests: int = attrs.field(
+        default=256, validator=validator("max_queued_requests")
+    )
+    max_json_depth: int = attrs.field(default=64, validator=validator("max_json_depth"))
+    max_request_rows: int = attrs.field(default=65536, validator=validator("max_request_rows"))
     drain_seconds: float = attrs.field(default=10.0, validator=validator("drain_seconds"))
     file_system_poll_wait_seconds: float = attrs.field(
         default=1.0, validator=validator("file_system_poll_wait_seconds")

@@ -178,6 +178,44 @@ FLAGS: tuple[Flag, ...] = (
         shown_default="64 MiB",
     ),
     Flag(
+        "max_connections",
+        int,
+        512,
+        "HTTP connections open at once; a request beyond them is answered 503",
+        _number(integer=True, minimum=1),
+    ),
+    Flag(
+        "body_read_timeout_seconds",
+        float,
+        30.0,
+        "how long an HTTP request's body may take to arrive; slower: 408, and the connection "
+        "closes",
+        _number(above=True),
+    ),
+    Flag(
+        "max_queued_requests",
+        int,
+        256,
+        "REST requests, and gRPC calls, waiting for a worker thread (each protocol its own "
+        "queue); one beyond is answered at once with 503 / `RESOURCE_EXHAUSTED`",
+        _number(integer=True, minimum=1),
+    ),
+    Flag(
+        "max_json_depth",
+        int,
+        64,
+        "how deep a request's JSON may nest (objects and arrays); deeper: 400",
+        _number(integer=True, minimum=1),
+    ),
+    Flag(
+        "max_request_rows",
+        int,
+        65536,
+        "rows (the first dimension of the inputs, or examples) one request may hold; more: "
+        "400 (a model's activations grow with its rows, not with the request's bytes)",
+        _number(integer=True, minimum=1),
+    ),
+    Flag(
         "drain_seconds",
         float,
         10.0,
