@@ -203,6 +203,21 @@ def test_watch_serves_saved_models_and_archives_without_a_factory(tmp_path):
         np.testing.assert_allclose(out.numpy(), third, rtol=1e-6)
 
 
+def test_a_model_watched_anew_retires_the_versions_it_found_once_they_leave_the_policy(
+    tmp_path,
+):
+    save_keras(tmp_path / "1" / "model.keras", seed=1)
+    with lc.ModelRegistry() as registry:
+        registry.watch("risk", tmp_path)
+        registry.unwatch("risk")  # version 1 stays loaded
+        report = registry.watch("risk", tmp_path)  # a server reading its config again, say
+        assert (report.loaded, report.default) == ((), 1)
+        expected = save_keras(tmp_path / "2" / "model.keras", seed=2)
+        report = registry.scan("risk")
+        assert (report.loaded, report.retired, report.default) == ((2,), (1,), 2)
+        np.testing.assert_allclose(registry.predict("risk", X).numpy(), expected, rtol=1e-6)
+
+
 def test_notify_scans_when_a_version_is_renamed_into_place_without_polling(tmp_path):
     """No poll at all: only the operating system's notification can find version 2."""
     export(tmp_path / "1", seed=1)

@@ -5,7 +5,8 @@ the registry's own session; the work is done by the modules beside this one:
 
 * ``_building``: a source becomes a managed, restored, warmed-up version;
 * ``_table``: the versions, and which one each request leases (labels, routes);
-* ``_retiring``: retired versions drain, then are disposed;
+* ``_retiring``: retired versions drain, then are disposed, or come back
+  when the load they made room for fails;
 * ``_watching``: base paths of version directories, scanned and polled;
 * ``lifecycle._core.plan_eviction``: which versions to evict for a load to fit.
 """
@@ -13,6 +14,7 @@ the registry's own session; the work is done by the modules beside this one:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -41,7 +43,7 @@ from .._session import LifecycleSession, freeze_heap
 from ..errors import BudgetExceededError, LifecycleError, LoadError
 from ._building import build_version, factory_of, warmup_of
 from ._lease import ServingLease
-from ._retiring import Retirement
+from ._retiring import Retirement, SetAside, pins_of
 from ._signature import Inference, ServingSignature
 from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
 from ._table import VersionTable
@@ -168,10 +170,19 @@ class ModelRegistry:
         self._session = LifecycleSession(name=self.name)
         self._table = VersionTable(self.name)
         self._retirement = Retirement(
-            self._table, self._session.cleaner.enqueue, self.drain_timeout
+            self._table,
+            self._session.cleaner.enqueue,
+            self.drain_timeout,
+            lambda build, nbytes: self._run_load(build, nbytes),
         )
+        # The scans account for what they retired themselves: their loads do not
+        # add "The registry is unchanged." to a failure.
         self._watcher = Watcher(
-            self.name, self._table, self._retirement, self.load, self.swap_policy
+            self.name,
+            self._table,
+            self._retirement,
+            functools.partial(self._load, scanning=True),
+            self.swap_policy,
         )
         if self.loader_nice is not None or self.loader_gil_share < 1:
             table = self._table
@@ -287,6 +298,44 @@ class ModelRegistry:
             >>> sorted(out)
             ['output_0']
         """
+        return self._load(
+            name,
+            version,
+            source,
+            labels=labels,
+            warmup=warmup,
+            estimated_bytes=estimated_bytes,
+            safe_mode=safe_mode,
+            checkpoint=checkpoint,
+            strict=strict,
+            batching=batching,
+            scanning=False,
+        )
+
+    def _load(
+        self,
+        name: str,
+        version: int,
+        source: Callable[[], keras.Model] | str | os.PathLike[str],
+        *,
+        labels: tuple[str, ...] | list[str] = (),
+        warmup: Any = None,
+        estimated_bytes: int | None = None,
+        safe_mode: bool = True,
+        checkpoint: str | os.PathLike[str] | None = None,
+        strict: bool = True,
+        batching: BatchingPolicy | None = None,
+        scanning: bool,
+        rollback: Callable[[], None] | None = None,
+    ) -> VersionStatus:
+        """:meth:`load`, for a scan too (the arguments are :meth:`load`'s, and two more).
+
+        With ``scanning``, a failure does not claim the registry unchanged: the
+        scan may have retired versions before the load (``RESOURCE_PRESERVING``)
+        and says what became of them. ``rollback`` runs when the load fails,
+        after the versions the load evicted are back and before requests
+        waiting for the version wake: the scan brings back what it retired.
+        """
         name, version = check_model_name(name), check_version(version)
         if batching is not None and not isinstance(batching, BatchingPolicy):
             raise TypeError(f"`batching` must be a BatchingPolicy or None. Received: {batching!r}")
@@ -315,7 +364,7 @@ class ModelRegistry:
             self._table.check_open()
             self._watcher.release(name, version)
             self._table.begin_load(name, version)
-            evicted: list[LoadedVersion] = []
+            evicted = SetAside()
             try:
                 evicted = self._make_room(name, estimate or 0)
                 loaded = self._run_load(build, estimate)
@@ -327,8 +376,12 @@ class ModelRegistry:
             except LifecycleError as error:
                 # Load, checkpoint and budget errors: undo what this load changed.
                 account = self._bring_back(evicted)
-                if account or isinstance(error, LoadError):
-                    error.args = (f"{error.args[0]} {account or 'The registry is unchanged.'}",)
+                if rollback is not None:
+                    rollback()
+                if not account and isinstance(error, LoadError) and not scanning:
+                    account = "The registry is unchanged."
+                if account:
+                    error.args = (f"{error.args[0]} {account}",)
                 raise
             finally:
                 self._table.end_load(name, version)
@@ -353,11 +406,12 @@ class ModelRegistry:
 
         return loader.run(in_scope, nbytes=nbytes)
 
-    def _make_room(self, name: str, nbytes: int) -> list[LoadedVersion]:
+    def _make_room(self, name: str, nbytes: int) -> SetAside:
         """Evict least-recently-used versions so that one more of ``nbytes`` fits, or refuse.
 
         Returns:
-            The versions evicted (retired and, once drained, disposed).
+            The versions evicted (retired and, once drained, disposed), and
+            what pointed at their models before.
         """
         plan = plan_eviction(
             self._table.residents(),
@@ -378,31 +432,23 @@ class ModelRegistry:
                 "raise the budget."
             )
         victims: list[LoadedVersion] = list(plan.victims)  # type: ignore[arg-type]
+        aside = SetAside(tuple(victims), pins_of(self._table, (v.name for v in victims)))
         for victim in victims:
             self._retirement.retire(victim, wait=True)
-        return victims
+        return aside
 
-    def _bring_back(self, evicted: list[LoadedVersion]) -> str:
+    def _bring_back(self, evicted: SetAside) -> str:
         """Restore the versions evicted for a load that failed; what happened, in words.
 
         A version still draining is made routable again; a disposed one is
-        built again from its source. Returns ``""`` when nothing was evicted.
+        built again from its source; the default of its model is put back.
+        Returns ``""`` when nothing was evicted.
         """
-        if not evicted:
+        if not evicted.versions:
             return ""
-        back, lost = [], []
-        for victim in evicted:
-            what = f"{victim.name!r} version {victim.version}"
-            if self._table.reinstate(victim):
-                back.append(what)
-                continue
-            try:
-                assert victim.rebuild is not None
-                self._table.add_ready(self._run_load(victim.rebuild, victim.nbytes), ())
-            except Exception as error:
-                lost.append(f"{what} ({type(error).__name__}: {error})")
-            else:
-                back.append(what)
+        comeback = self._retirement.bring_back(evicted)
+        back = [f"{name!r} version {version}" for name, version in comeback.back]
+        lost = [f"{name!r} version {version} ({why})" for name, version, why in comeback.lost]
         words = ""
         if back:
             words = f"The versions evicted to make room were loaded again: {', '.join(back)}."
@@ -411,6 +457,8 @@ class ModelRegistry:
                 f"{' ' if words else ''}Evicted to make room and could not be loaded again, "
                 f"so no longer loaded: {'; '.join(lost)}."
             )
+        if comeback.unrestored:
+            words += f" Not put back: {', '.join(comeback.unrestored)}."
         return words
 
     # -- serving -------------------------------------------------------------------
@@ -706,11 +754,14 @@ class ModelRegistry:
         version the default when it loaded one (a default chosen with
         :meth:`promote`, a rollback say, stays until a newer version arrives),
         and retires the versions this watch loaded that left the policy,
-        through the normal drain. A version unloaded by hand
-        (:meth:`unload`) stays unloaded, and a version that failed to load is
-        not tried again until a file in its directory changes: polling never
-        loads a broken version at every interval. Failed loads and failed
-        polls are logged (logger ``lifecycle.registry``), once each.
+        through the normal drain (a version of ``name`` loaded already when
+        the watch starts, whose directory is under ``base_path``, counts as
+        loaded by it: a model watched anew does not keep its old versions).
+        A version unloaded by hand (:meth:`unload`) stays unloaded, and a
+        version that failed to load is not tried again until a file in its
+        directory changes: polling never loads a broken version at every
+        interval. Failed loads and failed polls are logged (logger
+        ``lifecycle.registry``), once each.
 
         Args:
             name: The model's name.
@@ -798,7 +849,12 @@ class ModelRegistry:
         Under ``AVAILABILITY_PRESERVING``, new versions load before old ones
         retire, and old ones retire only once a wanted version is ready (if
         every new version fails, the old ones keep serving); under
-        ``RESOURCE_PRESERVING``, versions that left the policy retire first.
+        ``RESOURCE_PRESERVING``, versions that left the policy retire first,
+        and if no wanted version is ready after the loads they are loaded
+        back, with their labels, route and default
+        (:attr:`ScanReport.restored`); requests in the gap wait. Either way a
+        failed swap leaves the model serving what it served, and its warning
+        (logger ``lifecycle.registry``) says what became of each version.
         A version that fails to load (a corrupt checkpoint or SavedModel, a
         failing factory, checkpoints without a factory)
         is reported in :attr:`ScanReport.failed` and does not stop the others.

@@ -47,6 +47,9 @@ class LoadedVersion:
     load_seconds: float = 0.0
     # Builds this version again from the same source (a failed load's rollback).
     rebuild: Callable[[], LoadedVersion] | None = attrs.field(default=None, repr=False)
+    # Set under the version table's lock when its disposal begins: from then
+    # on a rollback builds it again instead of making it routable.
+    disposing: bool = False
     # Guarded by the version table's lock.
     leases: int = 0
     requests: int = 0

@@ -10,7 +10,14 @@ Serving's file-system polling).
 
 Two things a scan leaves alone: a version unloaded by hand (it is *held* until
 loaded by hand again), and a version whose load failed, until its directory
-changes, so that polling does not load a broken version at every interval.
+changes (or, refused for lack of room, until the registry's loaded versions
+change), so that polling does not load a broken version at every interval.
+
+A failed swap leaves the model serving what it served, under either swap
+policy. ``AVAILABILITY_PRESERVING`` retires nothing until a wanted version
+serves; ``RESOURCE_PRESERVING`` retires the versions that left the policy
+before it loads, and brings them back (with their labels, route and default)
+when no wanted version serves after the loads.
 """
 
 from __future__ import annotations
@@ -32,12 +39,20 @@ from ..errors import (
     LoadError,
     UnknownModelError,
 )
-from ._retiring import Retirement
-from ._status import SwapPolicy
+from ._retiring import Pins, Retirement, SetAside, Swap
+from ._status import SwapPolicy, VersionState
 from ._table import VersionTable
 from ._version_dirs import VersionPolicy, available_versions, version_source
+from ._versions import LoadedVersion
 
-__all__ = ["WATCHFILES_INSTALL", "ScanReport", "Watch", "Watcher", "require_notifications"]
+__all__ = [
+    "WATCHFILES_INSTALL",
+    "Failure",
+    "ScanReport",
+    "Watch",
+    "Watcher",
+    "require_notifications",
+]
 
 _log = logging.getLogger("lifecycle.registry")
 
@@ -70,10 +85,14 @@ class ScanReport:
         failed: ``(version, error message)`` for versions that did not load,
             by this scan or an earlier one: a version that failed is tried
             again once a file in its directory changes (or the model is
-            watched anew), not at every scan.
+            watched anew), not at every scan; one refused for lack of room,
+            also once the registry's loaded versions change.
         default: The model's default version after the scan.
         held: Versions the policy wants that were unloaded by hand: no scan
             loads them until they are loaded by hand again.
+        restored: Versions retired to make room for versions that then failed
+            to load (``RESOURCE_PRESERVING``), and loaded back: they serve on,
+            with their labels, route and default.
     """
 
     name: str
@@ -84,6 +103,23 @@ class ScanReport:
     failed: tuple[tuple[int, str], ...]
     default: int | None
     held: tuple[int, ...] = ()
+    restored: tuple[int, ...] = ()
+
+
+@attrs.frozen
+class Failure:
+    """A load of a watched version that failed, not tried again while nothing changes."""
+
+    # The version directory's fingerprint then.
+    seen: tuple[int, int, int]
+    # "type: message" of the error.
+    message: str
+    # For a lack of room: the registry's loaded (name, version) pairs then.
+    room: frozenset[tuple[str, int]] | None = None
+
+    def stands(self, seen: tuple[int, int, int], room: frozenset[tuple[str, int]]) -> bool:
+        """Whether nothing that could change the outcome changed since."""
+        return self.seen == seen and self.room in (None, room)
 
 
 @attrs.define(eq=False)
@@ -104,9 +140,9 @@ class Watch:
     served: set[int] = attrs.field(factory=set)
     # Versions unloaded by hand: scans leave them alone until loaded by hand.
     held: set[int] = attrs.field(factory=set)
-    # version -> (its directory's fingerprint, the error): loads that failed,
-    # not tried again while the directory stays the same.
-    failures: dict[int, tuple[tuple[int, int, int], str]] = attrs.field(factory=dict)
+    # version -> its failed load: not tried again while the directory (and,
+    # for a lack of room, the registry's loaded versions) stay the same.
+    failures: dict[int, Failure] = attrs.field(factory=dict)
     last: ScanReport | None = None
     last_error: str | None = None
     stop: threading.Event = attrs.field(factory=threading.Event)
@@ -223,6 +259,11 @@ class Watcher:
     def add(self, name: str, watch: Watch) -> None:
         """Start watching ``name``.
 
+        The versions of ``name`` loaded already whose directory is under the
+        base path become the watch's, as if it had loaded them: a model
+        watched anew (a server reading its configuration again, say) retires
+        them once they leave the policy, instead of keeping them for good.
+
         Raises:
             ValueError: ``name`` is already watched.
         """
@@ -230,6 +271,7 @@ class Watcher:
             raise ValueError(
                 f"{name!r} already watches {self._watches[name].base!r}; unwatch() it first."
             )
+        watch.served |= self._table.present(name) & set(available_versions(watch.base))
         self._watches[name] = watch
 
     def start_polling(self, name: str, watch: Watch) -> None:
@@ -325,62 +367,106 @@ class Watcher:
             # Evicted under a budget, say: the version is no longer this watch's.
             watch.served &= present
             held = wanted & watch.held
-        leaving = sorted(watch.served - wanted)
-        retired: list[int] = []
-        if self._swap_policy is SwapPolicy.RESOURCE_PRESERVING:
-            retired += self._retire_leaving(name, watch, leaving, wanted)
-        loaded, failed = [], []
+            # A failure is kept while its directory is there: names on disk bound them.
+            for version in [v for v in watch.failures if v not in available]:
+                del watch.failures[version]
+        room = self._room()
+        attempts: list[tuple[int, tuple[int, int, int]]] = []
+        failed: list[tuple[int, str]] = []
         for version in sorted(wanted - present - held):
-            directory = os.path.join(watch.base, str(version))
-            seen = fingerprint(directory)
+            seen = fingerprint(os.path.join(watch.base, str(version)))
             earlier = watch.failures.get(version)
-            if earlier is not None and earlier[0] == seen:
-                failed.append((version, earlier[1]))
-                continue
-            try:
-                self._load_version(name, version, watch)
-            except (LoadError, CheckpointError, BudgetExceededError) as error:
-                message = f"{type(error).__name__}: {error}"
-                failed.append((version, message))
-                if not isinstance(error, BudgetExceededError):  # room may be made later
-                    watch.failures[version] = (seen, message)
-                    _log.warning(
-                        "%r version %d failed to load from %r; it is tried again once its "
-                        "directory changes. %s",
-                        name,
-                        version,
-                        directory,
-                        message,
-                    )
+            if earlier is not None and earlier.stands(seen, room):
+                failed.append((version, earlier.message))
             else:
-                watch.failures.pop(version, None)
-                loaded.append(version)
-                with self._holding:
-                    watch.served.add(version)
+                attempts.append((version, seen))
+        loaded: list[int] = []
+        fresh: list[tuple[int, str, bool]] = []
+        swap = Swap(self._table, self._retirement, name, wanted)
+        try:
+            if self._swap_policy is SwapPolicy.RESOURCE_PRESERVING and attempts:
+                # Room first; brought back if no wanted version serves after the loads.
+                swap.begin([version for version, _ in attempts])
+                pins = Pins.of(self._table, name)
+                leaving = self._retire_leaving(name, watch, sorted(watch.served - wanted), wanted)
+                swap.aside = SetAside(tuple(leaving), (pins,))
+            for index, (version, seen) in enumerate(attempts):
+                last = index == len(attempts) - 1
+                try:
+                    self._load_version(name, version, watch, swap.rollback if last else None)
+                except (LoadError, CheckpointError, BudgetExceededError, OSError) as error:
+                    message = f"{type(error).__name__}: {error}"
+                    short = isinstance(error, BudgetExceededError)  # room may be made later
+                    failed.append((version, message))
+                    fresh.append((version, message, short))
+                    watch.failures[version] = Failure(seen, message, room if short else None)
+                else:
+                    watch.failures.pop(version, None)
+                    loaded.append(version)
+                    with self._holding:
+                        watch.served.add(version)
+        finally:
+            swap.rollback()  # if the last load failed before it began, say
+            swap.end()
+        comeback = swap.comeback
+        if comeback is not None:
+            with self._holding:
+                watch.served.update(version for _, version in comeback.back)
         default = self._table.default(name)
         if loaded or default is None or default not in wanted:
             # A default promoted by hand (a rollback) stays until a newer version arrives.
             self._table.promote_newest(name, wanted)
-        ready_wanted = wanted & set(self._table.ready(name))
-        if self._swap_policy is SwapPolicy.AVAILABILITY_PRESERVING and ready_wanted:
-            # Only once a wanted version serves: if every new one failed, the
-            # old ones keep serving until a later scan succeeds.
-            retired += self._retire_leaving(name, watch, leaving, wanted)
+        if comeback is None:
+            retired = [v.version for v in swap.aside.versions]
+        else:
+            retired = [version for _, version, _ in comeback.lost]
+        if wanted & set(self._table.ready(name)):
+            # Under either policy, what left the policy goes once a wanted
+            # version serves: if every new one failed, the old ones serve on
+            # until a later scan succeeds.
+            leaving = sorted(watch.served - wanted)
+            retired += [v.version for v in self._retire_leaving(name, watch, leaving, wanted)]
+        if fresh:
+            account = swap.account(retired)
+            for version, message, short in fresh:
+                _log.warning(
+                    "%r version %d failed to load from %r: %s; %s. It is tried again once "
+                    "its directory changes%s.",
+                    name,
+                    version,
+                    os.path.join(watch.base, str(version)),
+                    message.rstrip("."),
+                    account,
+                    " or the registry's loaded versions change" if short else "",
+                )
         watch.last = ScanReport(
             name=name,
             available=tuple(available),
             wanted=tuple(sorted(wanted)),
             loaded=tuple(loaded),
-            retired=tuple(retired),
+            retired=tuple(sorted(retired)),
             failed=tuple(failed),
             default=self._table.default(name),
             held=tuple(sorted(held)),
+            restored=tuple(sorted(v for _, v in comeback.back)) if comeback else (),
         )
         watch.last_error = None
         return watch.last
 
-    def _load_version(self, name: str, version: int, watch: Watch) -> None:
+    def _room(self) -> frozenset[tuple[str, int]]:
+        """The registry's loaded versions: a load refused for room waits for them to change."""
+        return frozenset((loaded.name, loaded.version) for loaded in self._table.versions())
+
+    def _load_version(
+        self,
+        name: str,
+        version: int,
+        watch: Watch,
+        rollback: Callable[[], None] | None = None,
+    ) -> None:
         """Load one version directory, whatever it holds.
+
+        ``rollback`` runs if the load fails, while requests still wait for it.
 
         Raises:
             LoadError: It holds only checkpoints and the watch has no factory,
@@ -391,7 +477,14 @@ class Watcher:
         if source is None:
             raise LoadError(f"{directory!r} no longer holds a complete version.")
         if source.kind != "checkpoints":
-            self._load(name, version, source.path, warmup=watch.warmup, batching=watch.batching)
+            self._load(
+                name,
+                version,
+                source.path,
+                warmup=watch.warmup,
+                batching=watch.batching,
+                rollback=rollback,
+            )
             return
         if watch.factory is None:
             raise LoadError(
@@ -408,19 +501,34 @@ class Watcher:
             checkpoint=directory,
             strict=watch.strict,
             batching=watch.batching,
+            rollback=rollback,
         )
 
     def _retire_leaving(
         self, name: str, watch: Watch, leaving: list[int], wanted: frozenset[int]
-    ) -> list[int]:
-        """Retire versions that left a watch's policy; labels and routes on them go too."""
+    ) -> list[LoadedVersion]:
+        """Retire versions that left a watch's policy; labels and routes on them go too.
+
+        Returns:
+            The versions retired (a version no longer ready is only forgotten).
+        """
         retired = []
         for version in leaving:
             loaded = self._table.find(name, version)
-            if loaded is None or not self._table.unpin(loaded, wanted):
+            with self._holding:
                 watch.served.discard(version)
+            if loaded is None:
                 continue
+            with self._table.cond:
+                # The route first: once the labels on the version are gone, a
+                # route through them no longer shows it goes to this version.
+                route = self._table.entry(name).route or ()
+                if loaded.state is VersionState.READY and any(
+                    self._table.entry(name).version_of(target) == version for target, _ in route
+                ):
+                    self._table.route(name, None)
+                if not self._table.unpin(loaded, wanted):
+                    continue
             self._retirement.retire(loaded, wait=False)
-            watch.served.discard(version)
-            retired.append(version)
+            retired.append(loaded)
         return retired

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 try:
     from . import _checkpoint as checkpoint
+    from . import _checkpoint_retention as checkpoint_retention
     from . import _keras as keras_internals
     from . import _memory as memory
     from . import _strategies as strategies
@@ -80,6 +81,7 @@ __all__ = [
     "capture_build_scope",
     "check_compatibility",
     "checkpoint",
+    "checkpoint_retention",
     "clear_session_preserving_caller_state",
     "custom_gradient_entries",
     "external_captures",

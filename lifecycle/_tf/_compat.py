@@ -25,6 +25,7 @@ from tensorflow.python.framework import func_graph as func_graph_lib
 from ..errors import CompatibilityError
 from . import (
     _checkpoint,
+    _checkpoint_retention,
     _functions,
     _keras,
     _ledger,
@@ -335,6 +336,10 @@ _CHECKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("ops._gradient_registry CustomGradient closures", _check_gradient_registry),
     ("keras functional construction", _check_functional_construction),
     ("checkpoint internals: async save, host copies, object graph", _checkpoint.self_check),
+    (
+        "tf.train.CheckpointManager._maybe_delete: the candidates of its retention",
+        _checkpoint_retention.self_check,
+    ),
     ("tf.distribute strategies, collectives and shards", _check_distribute),
     ("eager kernel cache can be cleared", _check_kernel_cache),
     (
