@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import weakref
 
 import keras
@@ -139,3 +140,23 @@ def test_restore_checkpoint_runs_the_compatibility_check_first(tmp_path, monkeyp
     monkeypatch.setattr(_purge, "registry", lambda: [])
     with pytest.raises(lc.CompatibilityError, match=r"ops\._gradient_registry"):
         lc.restore_checkpoint(model, tmp_path / "nowhere")  # not a CheckpointError
+
+
+def test_retention_candidates_moved_fail_the_keeper_loudly(tmp_path, monkeypatch):
+    original = tf.train.CheckpointManager.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self._moved_maybe_delete = vars(self).pop("_maybe_delete")
+
+    monkeypatch.setattr(tf.train.CheckpointManager, "__init__", init)
+    model = lc.manage(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
+    keeper = model.checkpoints(tmp_path)
+    for _ in range(2):  # each time: never a manager that might delete another run's files
+        with pytest.raises(lc.CompatibilityError) as caught:
+            keeper.save()
+    message = str(caught.value)
+    assert "tf.train.CheckpointManager._maybe_delete" in message, message
+    assert f"TensorFlow {tf.__version__} and Keras {keras.__version__}" in message, message
+    assert not any(name.endswith(".index") for name in os.listdir(tmp_path))
+    model.dispose()

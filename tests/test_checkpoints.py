@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import weakref
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -410,3 +412,148 @@ def test_killed_mid_save_leaves_the_previous_checkpoint_restorable(tmp_path, run
     model = lc.manage(keras.Sequential([keras.Input((4096,)), keras.layers.Dense(16384)]))
     assert lc.restore_checkpoint(model, tmp_path) == first
     assert float(model.layers[0].kernel[0, 0]) == 1.0
+
+
+# -- a directory that holds checkpoints: nothing another run wrote is lost ------------
+
+
+def run_one(directory, *, saves=3, max_to_keep=2):
+    """An earlier run: ``saves`` saves to ``directory``; its kept prefixes and their weights."""
+    model = stepped(steps=1)
+    keeper = model.checkpoints(directory, max_to_keep=max_to_keep)
+    weights = {}
+    for _ in range(saves):
+        model.train_on_batch(X, Y)
+        weights[keeper.save()] = values(model.weights)
+    kept = keeper.list()
+    model.dispose()
+    return kept, {prefix: weights[prefix] for prefix in kept}
+
+
+def file_bytes(prefix):
+    suffixes = (".index", ".data-00000-of-00001")
+    return {suffix: Path(prefix + suffix).read_bytes() for suffix in suffixes}
+
+
+def test_a_second_keeper_numbers_after_an_earlier_run_and_deletes_none_of_it(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="lifecycle.checkpoints")
+    kept, weights = run_one(tmp_path)
+    assert [os.path.basename(p) for p in kept] == ["ckpt-2", "ckpt-3"]
+    before = {prefix: file_bytes(prefix) for prefix in kept}
+
+    keeper = make().checkpoints(tmp_path, max_to_keep=2)
+    assert keeper.latest == kept[-1] and keeper.list() == []  # the run's, not this keeper's
+    mine = [keeper.save() for _ in range(3)]
+    assert [os.path.basename(p) for p in mine] == ["ckpt-4", "ckpt-5", "ckpt-6"]
+    assert keeper.step == 6 and keeper.latest == mine[-1]
+    assert keeper.list() == mine[1:] and not os.path.exists(mine[0] + ".index")
+    assert {prefix: file_bytes(prefix) for prefix in kept} == before  # untouched
+    assert "holds checkpoints up to ckpt-3 that this keeper did not write" in caplog.text
+    for prefix in kept:  # each still restores what the earlier run saved
+        target = make()
+        lc.restore_checkpoint(target, prefix)
+        assert same(values(target.weights), weights[prefix])
+
+
+def test_an_explicit_step_that_names_an_existing_checkpoint_is_refused(tmp_path):
+    kept, _ = run_one(tmp_path)
+    before = file_bytes(kept[-1])
+    keeper = make().checkpoints(tmp_path)
+    with pytest.raises(lc.CheckpointError) as caught:
+        keeper.save(step=3)
+    message = str(caught.value)
+    assert "ckpt-3' exists already" in message and "never overwrites" in message
+    assert "Received: step=3" in message and "step=None" in message and "(ckpt-3)" in message
+    assert file_bytes(kept[-1]) == before and keeper.list() == []
+    assert keeper.save(step=1).endswith("ckpt-1")  # deleted by the run's retention: free
+
+
+def test_restore_then_save_continues_the_run_and_its_retention(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="lifecycle.checkpoints")
+    kept, _ = run_one(tmp_path)
+    keeper = make().checkpoints(tmp_path, max_to_keep=2)
+    assert keeper.restore() == kept[-1] and keeper.step == 3
+    fourth = keeper.save()
+    assert fourth.endswith("ckpt-4") and "did not write" not in caplog.text  # nothing skipped
+    # Continuing the run: its checkpoints are this keeper's, kept as max_to_keep says.
+    assert keeper.list() == [kept[1], fourth] and not os.path.exists(kept[0] + ".index")
+
+
+def test_a_restore_from_another_directory_adopts_nothing(tmp_path):
+    elsewhere, _ = run_one(tmp_path / "elsewhere")
+    kept, _ = run_one(tmp_path / "here")
+    keeper = make().checkpoints(tmp_path / "here", max_to_keep=1)
+    keeper.restore(elsewhere[-1])
+    assert keeper.save().endswith("ckpt-4") and keeper.save().endswith("ckpt-5")
+    assert all(os.path.exists(prefix + ".index") for prefix in kept + elsewhere)
+
+
+def test_adopt_existing_lets_retention_delete_the_earlier_run(tmp_path):
+    kept, _ = run_one(tmp_path)
+    keeper = make().checkpoints(tmp_path, max_to_keep=2)
+    assert keeper.adopt_existing() == kept  # oldest first
+    assert keeper.adopt_existing() == []  # once
+    assert keeper.list() == kept
+    fourth = keeper.save()
+    assert keeper.list() == [kept[1], fourth]
+    assert not os.path.exists(kept[0] + ".index") and os.path.exists(kept[1] + ".index")
+
+
+def test_two_keepers_in_one_process_cannot_save_to_one_directory_at_once(tmp_path):
+    first_model, second_model = stepped(steps=1), make()
+    first = first_model.checkpoints(tmp_path)
+    written = first.save()
+    second = second_model.checkpoints(tmp_path)
+    with pytest.raises(lc.CheckpointError) as caught:
+        second.save()
+    message = str(caught.value)
+    assert f"{str(tmp_path)!r} is being saved to by another checkpoint keeper" in message
+    assert f"(process {os.getpid()}, this process)" in message and "Close that keeper" in message
+    assert caught.value.path == str(tmp_path)
+    with pytest.raises(lc.CheckpointError, match="being saved to by another"):
+        second.adopt_existing()
+    assert second.restore() == written  # reading is not saving
+    first.save()
+    first_model.dispose()  # closes the first keeper: the lock goes with it
+    assert second.save().endswith("ckpt-3")
+    second.close()
+    assert make().checkpoints(tmp_path).save().endswith("ckpt-4")
+
+
+@pytest.mark.subprocess
+def test_a_keeper_of_another_process_is_refused_naming_this_one(tmp_path, run_child):
+    keeper = stepped(steps=1).checkpoints(tmp_path)
+    keeper.save()
+    out = run_child(
+        f"""
+        import keras
+        import lifecycle as lc
+        model = lc.manage(keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)]))
+        try:
+            model.checkpoints({str(tmp_path)!r}).save()
+        except lc.CheckpointError as error:
+            print("refused:", error)
+        """,
+        timeout=180,
+    )
+    assert f"refused: Checkpoint directory {str(tmp_path)!r} is being saved to" in out, out
+    assert f"(process {os.getpid()})" in out, out
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".index")) == ["ckpt-1.index"]
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_a_keeper_whose_process_died_holds_the_directory_no_more(tmp_path, run_child):
+    out = run_child(
+        f"""
+        import os
+        import keras
+        import lifecycle as lc
+        model = lc.manage(keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)]))
+        print(model.checkpoints({str(tmp_path)!r}).save(), flush=True)
+        os._exit(0)  # no close(), no dispose(): the kernel drops the lock
+        """,
+        timeout=180,
+    )
+    assert out.strip().endswith("ckpt-1"), out
+    assert make().checkpoints(tmp_path).save().endswith("ckpt-2")
