@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,9 +24,18 @@ from ray import serve
 
 from lifecycle.integrations.ray import multiplexed, multiplexed_statistics
 
+# The ids this deployment serves: a client's id is checked before it builds anything.
+MODEL_ID = re.compile(r"[0-9]{1,4}")
+
 
 def build(model_id: str):
-    """About 8 MiB of weights; every row's answer is ``float(model_id)``."""
+    """About 8 MiB of weights; every row's answer is ``float(model_id)``.
+
+    Raises:
+        ValueError: ``model_id`` (the client's) is not 1-4 digits.
+    """
+    if not MODEL_ID.fullmatch(model_id):
+        raise ValueError(f"A model id is 1-4 digits. Received: {model_id[:40]!r}")
     import keras
 
     inputs = keras.Input((16,))

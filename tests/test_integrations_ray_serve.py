@@ -250,6 +250,51 @@ def test_a_loader_that_returns_no_model_fails_its_request_clearly(handles):
     assert "returned dict" in str(error.value)
 
 
+@serve.deployment(ray_actor_options=NO_CPU, max_ongoing_requests=32)
+class Missing:
+    """Ids ``missing-*`` name files that do not exist: their loads fail in the registry."""
+
+    @multiplexed(max_num_models_per_replica=2)
+    async def get_model(self, model_id: str):
+        if model_id.startswith("missing-"):
+            return f"/nonexistent/{model_id}.keras"
+        return model_for(model_id)
+
+    async def __call__(self, x) -> float:
+        model = await self.get_model(serve.get_multiplexed_model_id())
+        return float(np.asarray(model(np.asarray(x, "float32")))[0, 0])
+
+    def kept(self) -> dict[str, int]:
+        """The registry's versions and the size of every container the integration keeps."""
+        from lifecycle.integrations.ray._serve import _STATE
+
+        state = vars(self)[_STATE]
+        sizes = {
+            name: len(value)
+            for name, value in vars(state).items()
+            if isinstance(value, (dict, set, list, tuple))
+        }
+        return {"registry versions": len(state.registry.status()), **sizes}
+
+
+deployment("missing", Missing)
+
+
+def test_the_ids_clients_send_grow_nothing_on_a_replica(handles):
+    handle = handles["missing"]
+    for n in range(30):  # failed loads, each of another id
+        with pytest.raises(Exception, match="No saved model at '/nonexistent/missing-"):
+            ask(handle, f"missing-{n}").result()
+    for n in range(1, 21):  # 20 ids loaded in turn, 2 kept
+        assert ask(handle, str(n)).result() == float(n)
+    kept = handle.kept.remote().result()
+    # Evicted versions drain and go; nothing remembers the 50 ids.
+    wait_until(
+        lambda: handle.kept.remote().result()["registry versions"] == 2, "evicted versions gone"
+    )
+    assert all(size <= 2 for size in kept.values()), kept
+
+
 def test_the_decorator_checks_its_arguments_as_rays_does():
     with pytest.raises(TypeError, match="async functions or methods"):
         multiplexed(lambda model_id: None)

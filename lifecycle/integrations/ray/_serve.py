@@ -51,6 +51,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import itertools
 import os
 import threading
 import urllib.parse
@@ -195,7 +196,10 @@ class _Multiplex:
         self.registry = ModelRegistry(name=f"multiplexed-{os.getpid()}-{id(owner):x}")
         self.metrics = _Metrics()
         self._lock = threading.Lock()
-        self._versions: dict[str, int] = {}
+        # Version numbers, one per load, never reused: a model id loaded again
+        # while its evicted version drains gets a new one. One counter for every
+        # id, not a map keyed by the ids clients send (which would only grow).
+        self._versions = itertools.count(1)
         self._loaded = 0
         self._evicted = 0
         # The replica's event loop, known from the first load: Ray's cache and the
@@ -216,7 +220,7 @@ class _Multiplex:
         # Model ids are any string; a registry name has no '/': quoting is one-to-one.
         name = urllib.parse.quote(model_id, safe="")
         with self._lock:
-            version = self._versions[name] = self._versions.get(name, 0) + 1
+            version = next(self._versions)
         origin = source if isinstance(source, (str, os.PathLike)) else (lambda: source)
         load = functools.partial(
             self.registry.load,
