@@ -157,6 +157,43 @@ def test_serve_passes_the_flags_to_the_server(monkeypatch):
     assert config.drain_seconds == 3.0
 
 
+def test_serve_imports_factories_from_the_current_directory_after_the_installed_packages(
+    tmp_path, monkeypatch
+):
+    """A file in the directory the server starts in cannot shadow the standard library."""
+    import importlib.util
+    import sys
+
+    import lifecycle.server
+
+    (tmp_path / "cwd_architecture.py").write_text("def build():\n    return 'built'\n")
+    (tmp_path / "this.py").write_text("raise SystemExit('the current directory came first')\n")
+    (tmp_path / "m").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    served: list[ServerConfig] = []
+    monkeypatch.setattr(lifecycle.server, "serve", served.append)
+    args = ["serve", "--model_base_path", "m", "--model_factory", "cwd_architecture:build"]
+    result = CliRunner().invoke(cli.build_app(), args)
+    assert result.exit_code == 0, result.output
+    (config,) = served
+    assert config.models[0].factory() == "built"  # the project's module, imported
+    assert sys.path[-1] == str(tmp_path)
+    this = importlib.util.find_spec("this")
+    assert this is not None and this.origin != str(tmp_path / "this.py")
+
+
+def test_a_short_admin_token_is_refused_before_tensorflow_is_imported(monkeypatch):
+    monkeypatch.delenv("LIFECYCLE_ADMIN_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="must be at least 16 characters long; this one has 15"):
+        _flags.check_flags(admin_token="a" * 15)
+    result = CliRunner().invoke(cli.build_app(), ["serve", "--admin_token", "short-token"])
+    assert result.exit_code == 2
+    output = " ".join(result.output.split())
+    assert "--admin_token (or LIFECYCLE_ADMIN_TOKEN) must be at least 16 characters" in output
+    assert "secrets.token_urlsafe(32)" in output and "short-token" not in output
+
+
 # -- one label rule -------------------------------------------------------------------------
 
 

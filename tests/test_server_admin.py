@@ -8,24 +8,37 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
+import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
+import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton
+from google.protobuf import text_format
 from support.models import constant_model, save
-from support.servers import free_port, running
+from support.servers import free_port, grpc_running, running
 from support.waits import wait_for_scans, wait_until
+from tensorflow_serving.apis import (
+    model_management_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
 from lifecycle.server import ServerConfig
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-admin"  # 16 characters or more: the server's minimum
 ROW = {"instances": [[0.0, 0.0, 0.0]]}
 
 
@@ -263,6 +276,305 @@ def test_repository_load_and_unload_take_the_token(admin):
         v2.close()
 
 
+# -- without a token: programs on this machine, never a web page --------------------------
+
+EVIL = "http://evil.example"
+# Requests a web page can make a browser send to a loopback server, without asking it
+# first (no preflight): (method, path, headers, body, what the refusal says). "{port}"
+# is the server's port.
+BROWSER_REQUESTS = [
+    pytest.param(
+        "POST",
+        "/v2/repository/models/m/unload",
+        {"Origin": EVIL, "Host": "evil.example", "Content-Type": "text/plain"},
+        b"{}",
+        "carries an Origin ('http://evil.example'), which browsers send",
+        id="unload-from-a-page",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/admin/models/m/promote",
+        {"Origin": EVIL, "Host": "evil.example", "Content-Type": "text/plain"},
+        b'{"version": 1}',
+        "carries an Origin ('http://evil.example')",
+        id="promote-from-a-page",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/admin/models/m/promote",
+        {"Origin": "http://127.0.0.1:{port}", "Content-Type": "application/json"},
+        b'{"version": 1}',
+        "carries an Origin ('http://127.0.0.1:{port}')",
+        id="any-origin",
+    ),
+    pytest.param(
+        "DELETE",
+        "/v1/admin/models/m/labels/stable",
+        {"Origin": "null"},
+        b"",
+        "carries an Origin ('null')",
+        id="sandboxed-page",
+    ),
+    pytest.param(
+        "POST",
+        "/v2/repository/models/m/unload",
+        {"Host": "evil.example", "Content-Type": "application/json"},
+        b"{}",
+        "'Host: evil.example', which is not this server's address",
+        id="foreign-host",
+    ),
+    pytest.param(
+        "POST",
+        "/v2/repository/models/m/unload",
+        {"Host": "evil.example:{port}"},
+        b"",
+        "'Host: evil.example:{port}', which is not this server's address",
+        id="dns-rebinding",
+    ),
+    pytest.param(
+        "GET",
+        "/v1/admin/models/m",
+        {"Host": "evil.example:{port}"},
+        b"",
+        "Call http://127.0.0.1:{port}/... instead",
+        id="dns-rebinding-read",
+    ),
+    pytest.param(
+        "POST",
+        "/v2/repository/models/m/load",
+        {"Host": "127.0.0.1:1"},
+        b"",
+        "with or without the port {port}",
+        id="another-port",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/admin/models/m/promote",
+        {"Content-Type": "text/plain"},
+        b'{"version": 1}',
+        "a body of Content-Type 'text/plain', as a web page's form or fetch() sends",
+        id="text-plain",
+    ),
+    pytest.param(
+        "PUT",
+        "/v1/admin/models/m/route",
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        b'{"labels": {"stable": 1}}',
+        "Admin bodies are JSON: send 'Content-Type: application/json' (curl --json",
+        id="form",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def open_served(labelled_root: Path) -> Iterator[tuple[str, int, lc.ModelRegistry]]:
+    """A server on loopback without a token: model ``m``, versions 1 (``stable``) and 2."""
+    port = free_port()
+    config = ServerConfig.from_flags(
+        rest_api_port=port, model_config_file=str(labelled_root / "models.config")
+    )
+    assert config.admin_token is None
+    with lc.ModelRegistry(name="open-admin") as registry, running(registry, config) as url:
+        yield url, port, registry
+
+
+@pytest.fixture
+def open_admin(open_served: tuple[str, int, lc.ModelRegistry]) -> Iterator[tuple[str, int]]:
+    """The tokenless server's URL and port, its model reset to version 2 as the default."""
+    url, port, registry = open_served
+    wait_until(lambda: {s.version for s in registry.status("m")} == {1, 2}, "m loaded")
+    registry.route("m", None)
+    registry.set_label("m", "stable", 1)
+    registry.promote("m", 2)
+    yield url, port
+
+
+def raw_request(port: int, request: bytes) -> tuple[int, bytes]:
+    """Send ``request`` as it is on a new connection: the answer's status and body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(65536) or b"\r\n\r\n"
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = re.search(rb"(?im)^content-length: *(\d+)", head)
+        while length and len(body) < int(length.group(1)):
+            body += sock.recv(65536)
+    return int(head.split()[1]), body
+
+
+def curl_request(method: str, path: str, host: str, body: bytes = b"") -> bytes:
+    """A request as ``curl -X METHOD http://HOST/PATH --json BODY`` writes it (curl 7.88)."""
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "User-Agent: curl/7.88.1"]
+    if body:
+        lines += ["Content-Type: application/json", "Accept: application/json"]
+        lines.append(f"Content-Length: {len(body)}")
+    else:
+        lines.append("Accept: */*")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "body", "fragment"), BROWSER_REQUESTS)
+def test_without_a_token_an_admin_call_a_web_page_can_send_is_refused_and_changes_nothing(
+    open_admin, method, path, headers, body, fragment
+):
+    url, port = open_admin
+    before = httpx.get(f"{url}/v1/admin/models/m", timeout=30).json()
+    headers = {name: value.format(port=port) for name, value in headers.items()}
+    response = httpx.request(method, url + path, headers=headers, content=body, timeout=30)
+    assert response.status_code == 403, response.text
+    message = response.json()["error"]
+    assert fragment.format(port=port) in message
+    assert "never from a web page: call it from the command line" in message
+    assert "set --admin_token (or the LIFECYCLE_ADMIN_TOKEN environment variable)" in message
+    after = httpx.get(f"{url}/v1/admin/models/m", timeout=30).json()
+    assert (
+        versions(after)
+        == versions(before)
+        == {
+            1: (False, ["stable"], None),
+            2: (True, [], None),
+        }
+    )
+    assert {v["state"] for v in after["versions"]} == {"READY"}
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert served_by(client) == 2  # still served
+        assert served_by(client, "/v1/models/m/labels/stable") == 1
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}", "127.0.0.1", "LOCALHOST"]
+)
+def test_without_a_token_curl_style_admin_calls_from_loopback_work(open_admin, host):
+    url, port = open_admin
+    host = host.format(port=port)
+    status, body = raw_request(port, curl_request("GET", "/v1/admin/models/m", host))
+    assert status == 200, body
+    promote = b'{"version": 1}'
+    status, body = raw_request(
+        port, curl_request("POST", "/v1/admin/models/m/promote", host, promote)
+    )
+    assert status == 200, body
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert served_by(client) == 1
+    status, body = raw_request(port, curl_request("DELETE", "/v1/admin/models/m/route", host))
+    assert status == 200, body
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_without_a_token_curl_itself_calls_the_admin_api_and_hears_why_a_form_is_refused(
+    open_admin,
+):
+    url, port = open_admin
+
+    def curl(*args: str) -> str:
+        done = subprocess.run(
+            ["curl", "-s", "-w", " %{http_code}", *args], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    json_body = ["-H", "Content-Type: application/json", "-d", '{"version": 1}']
+    answer = curl("-X", "POST", f"{url}/v1/admin/models/m/promote", *json_body)
+    assert answer.endswith(" 200"), answer
+    assert versions(httpx.get(f"{url}/v1/admin/models/m", timeout=30).json())[1][0] is True
+    # Without a Content-Type curl -d sends a form, as a web page's <form> does.
+    answer = curl(
+        "-X", "POST", f"localhost:{port}/v1/admin/models/m/promote", "-d", '{"version": 2}'
+    )
+    assert answer.endswith(" 403"), answer
+    assert "'application/x-www-form-urlencoded'" in answer and "curl --json" in answer
+    # A call without a body needs no Content-Type.
+    assert curl("-X", "POST", f"localhost:{port}/v2/repository/models/m/load").endswith(" 200")
+
+
+def test_without_a_token_tritonclient_loads_and_unloads_over_http(open_admin):
+    url, port = open_admin
+    with triton.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=30) as client:
+        assert {m["name"] for m in client.get_model_repository_index()} == {"m"}
+        client.unload_model("m")  # a JSON body without a Content-Type
+        wait_until(lambda: not client.is_model_ready("m"), "m unloaded")
+        client.load_model("m")
+        assert client.is_model_ready("m")
+    with httpx.Client(base_url=url, timeout=30) as client:
+        assert served_by(client) == 2
+
+
+def test_with_a_token_the_token_is_the_authority_whatever_the_origin(admin):
+    """Behind a proxy a dashboard may call with its own Origin and Host: the token decides."""
+    from_a_page = {"Origin": EVIL, "Host": "proxy.example", "Content-Type": "text/plain"}
+    body = b'{"version": 1}'
+    refused = admin.post(
+        "/v1/admin/models/m/promote",
+        content=body,
+        headers={**from_a_page, "Authorization": "Bearer not-the-token-at-all"},
+    )
+    assert refused.status_code == 401, refused.text
+    response = admin.post("/v1/admin/models/m/promote", content=body, headers=from_a_page)
+    assert response.status_code == 200, response.text
+    assert served_by(admin) == 1
+
+
+@pytest.fixture
+def open_grpc(labelled_root: Path) -> Iterator[tuple[int, lc.ModelRegistry]]:
+    """A gRPC server on loopback without a token, serving ``m``."""
+    config = ServerConfig.from_flags(
+        port=free_port(), model_config_file=str(labelled_root / "models.config")
+    )
+    with lc.ModelRegistry(name="open-grpc") as registry, grpc_running(registry, config):
+        yield config.grpc_port, registry
+
+
+def test_without_a_token_grpc_admin_calls_with_an_origin_are_refused(open_grpc, labelled_root):
+    port, registry = open_grpc
+    from_a_page = {"origin": EVIL}  # what a gRPC-web client in a browser sends
+    with triton_grpc.InferenceServerClient(f"127.0.0.1:{port}") as client:
+        for call in (client.unload_model, client.load_model):
+            with pytest.raises(InferenceServerException) as caught:
+                call("m", headers=from_a_page, client_timeout=30)
+            assert caught.value.status() == str(grpc.StatusCode.PERMISSION_DENIED)
+            assert "carries an Origin ('http://evil.example')" in caught.value.message()
+        assert client.is_model_ready("m", client_timeout=30)
+        assert {s.version for s in registry.status("m")} == {1, 2}  # untouched
+        # Without an origin, as tritonclient sends it: admitted.
+        client.unload_model("m", client_timeout=30)
+        wait_until(lambda: not client.is_model_ready("m", client_timeout=30), "m unloaded")
+        client.load_model("m", client_timeout=30)
+        assert client.is_model_ready("m", client_timeout=30)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        models = model_service_pb2_grpc.ModelServiceStub(channel)
+        nothing = model_management_pb2.ReloadConfigRequest()
+        text_format.Parse("model_config_list { }", nothing.config)
+        with pytest.raises(grpc.RpcError) as caught:
+            models.HandleReloadConfigRequest(nothing, metadata=(("origin", EVIL),), timeout=30)
+        assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert "gRPC /tensorflow.serving.ModelService/HandleReloadConfigRequest" in (
+            caught.value.details()
+        )
+        assert {s.name for s in registry.status()} == {"m"}  # nothing unloaded
+
+
+# -- the admin token ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("short", ["x" * 15, "s3cret-token"])
+def test_a_short_admin_token_is_refused_saying_how_to_make_one(monkeypatch, short):
+    monkeypatch.delenv("LIFECYCLE_ADMIN_TOKEN", raising=False)
+    with pytest.raises(ValueError) as caught:
+        ServerConfig.from_flags(admin_token=short)
+    message = str(caught.value)
+    assert (
+        "--admin_token (or LIFECYCLE_ADMIN_TOKEN) must be at least 16 characters long; "
+        f"this one has {len(short)}." in message
+    )
+    assert 'python -c "import secrets; print(secrets.token_urlsafe(32))"' in message
+    assert short not in message  # never shown: messages are printed and logged
+    monkeypatch.setenv("LIFECYCLE_ADMIN_TOKEN", short)
+    with pytest.raises(ValueError, match="must be at least 16 characters long"):
+        ServerConfig.from_flags(host="0.0.0.0")
+    assert ServerConfig.from_flags(admin_token="x" * 16).admin_token == "x" * 16
+
+
 # -- polling and the admin API -----------------------------------------------------------
 
 
@@ -314,7 +626,8 @@ def test_the_token_comes_from_the_environment_and_stays_out_of_repr(monkeypatch)
     config = ServerConfig.from_flags(host="0.0.0.0")
     assert config.admin_token == TOKEN
     assert TOKEN not in repr(config)
-    assert ServerConfig.from_flags(admin_token="flag").admin_token == "flag"  # the flag wins
+    flag = "the-flag-s-own-token"
+    assert ServerConfig.from_flags(admin_token=flag).admin_token == flag  # the flag wins
 
 
 @pytest.mark.parametrize(
@@ -448,6 +761,56 @@ def test_versions_of_checkpoints_are_served_with_a_model_factory(tmp_path, monke
     ]:
         with pytest.raises(ValueError, match=re.escape(fragment)):
             ServerConfig.from_flags(model_base_path=str(tmp_path / "m"), model_factory=[spec])
+
+
+def predicted(channel: grpc.Channel, name: str) -> float:
+    """What ``name`` answers to a row of zeros over TensorFlow Serving's gRPC ``Predict``."""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = name
+    request.inputs["features"].CopyFrom(tf.make_tensor_proto(np.zeros((1, 3), "float32")))
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    (output,) = stub.Predict(request, timeout=30).outputs.values()
+    return float(tf.make_ndarray(output)[0, 0])
+
+
+def test_a_tensorflow_serving_reload_keeps_the_model_factories_of_start_up(tmp_path, monkeypatch):
+    """A ModelServerConfig cannot name code: reloaded models keep --model_factory's by name."""
+    (tmp_path / "reloaded_architecture.py").write_text(FACTORY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from reloaded_architecture import build
+
+    for base, version, bias in [("m", 1, 7.0), ("moved", 2, 8.0)]:
+        with lc.LifecycleSession(name="publish-for-reload"):
+            model = lc.manage(build())
+            model.layers[-1].bias.assign([bias, bias])
+            model.checkpoints(tmp_path / base / str(version)).save()
+            model.dispose()
+    config = ServerConfig.from_flags(
+        port=free_port(),
+        model_name="m",
+        model_base_path=str(tmp_path / "m"),
+        model_factory=["reloaded_architecture:build"],
+    )
+
+    def reload(text: str) -> None:
+        request = model_management_pb2.ReloadConfigRequest()
+        text_format.Parse(text, request.config)
+        models.HandleReloadConfigRequest(request, timeout=60)
+
+    entry = 'model_config_list { config { name: "m" base_path: "%s" } }'
+    with (
+        lc.ModelRegistry(name="reload-factory") as registry,
+        grpc_running(registry, config) as channel,
+    ):
+        models = model_service_pb2_grpc.ModelServiceStub(channel)
+        assert predicted(channel, "m") == 7.0
+        reload(entry % (tmp_path / "moved"))  # versions of checkpoints elsewhere
+        assert [s.version for s in registry.status("m")] == [2]
+        assert predicted(channel, "m") == 8.0
+        reload("model_config_list { }")  # dropped, then back: the start-up factory still
+        assert "m" not in {s.name for s in registry.status()}
+        reload(entry % (tmp_path / "m"))
+        assert predicted(channel, "m") == 7.0
 
 
 def test_batching_merges_concurrent_requests_and_reports_it(tmp_path):

@@ -8,6 +8,7 @@ plain HTTP, in each of Triton's model control modes: ``explicit``, ``poll`` and
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 import keras
 import pytest
 import tritonclient.http as triton
+from support.broken_versions import publish_broken
 from support.models import constant_model, save
 from support.servers import free_port, lifecycle_serve, rest_answer, running, stop
 from support.waits import wait_until
@@ -139,6 +141,63 @@ def test_poll_mode_loads_new_models_and_versions_and_unloads_removed_models(repo
         refused = httpx.post(f"{url}/v2/repository/models/a/unload", json={})
         assert refused.status_code == 503
         assert "--model_control_mode poll" in refused.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [lc.SwapPolicy.AVAILABILITY_PRESERVING, lc.SwapPolicy.RESOURCE_PRESERVING],
+    ids=lambda p: p.name.lower(),
+)
+def test_a_broken_new_version_in_poll_mode_leaves_the_old_one_serving(repository, policy, caplog):
+    caplog.set_level(logging.WARNING, logger="lifecycle.registry")
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_repository=str(repository),
+        model_control_mode="poll",
+        repository_poll_secs=0.1,
+    )
+    with (
+        lc.ModelRegistry(name="broken", swap_policy=policy, lease_timeout=10) as registry,
+        running(registry, config) as url,
+    ):
+        assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
+        publish_broken(repository / "a", 2)
+
+        def polled_and_answered() -> bool:
+            assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}  # all along
+            report = registry.last_scan("a")
+            return report is not None and [v for v, _ in report.failed] == [2]
+
+        wait_until(polled_and_answered, "a poll that found a's version 2 broken")
+        assert index(url)["a"] == ("1", "READY")
+        assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
+        warnings = [r.getMessage() for r in caplog.records if r.name == "lifecycle.registry"]
+        assert len(warnings) == 1, warnings  # once, not at every poll
+        assert warnings[0].startswith("'a' version 2 failed to load from ")
+        assert warnings[0].endswith(
+            "'a' serves versions [1]. It is tried again once its directory changes."
+        )
+        if policy is lc.SwapPolicy.RESOURCE_PRESERVING:
+            assert "versions [1] were retired to make room and are loaded back" in warnings[0]
+
+
+def test_an_explicit_load_of_a_broken_new_version_keeps_the_old_one_serving(repository):
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(),
+        model_repository=str(repository),
+        model_control_mode="explicit",
+        load_model=["a"],
+    )
+    with (
+        lc.ModelRegistry(name="reread-broken") as registry,
+        running(registry, config) as url,
+    ):
+        publish_broken(repository / "a", 2)
+        load = httpx.post(f"{url}/v2/repository/models/a/load", json={}, timeout=60)
+        assert load.status_code == 500, load.text  # a LoadError: INTERNAL
+        assert "Loading 'a' version 2 failed" in load.json()["error"]
+        assert index(url)["a"] == ("1", "READY")
+        assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
 
 
 def test_none_mode_loads_every_model_and_refuses_repository_loads(repository):

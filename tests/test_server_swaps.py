@@ -20,10 +20,13 @@ from pathlib import Path
 import httpx
 import keras
 import pytest
-from support.servers import free_port, lifecycle_serve, stop
+from support.broken_versions import publish_broken
+from support.models import constant_model, save
+from support.servers import free_port, lifecycle_serve, rest_answer, running, stop
 from support.waits import wait_until
 from typer.testing import CliRunner
 
+import lifecycle as lc
 import lifecycle.server
 from lifecycle import cli
 from lifecycle.server import ServerConfig
@@ -140,3 +143,27 @@ def test_a_new_version_of_a_small_model_answers_soon_after_its_directory_appears
     assert failures == [], failures[:5]
     assert max(moved) <= WITHIN_SECONDS, moved
     assert "Registry closed: 1 version(s) drained and disposed." in output
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [lc.SwapPolicy.AVAILABILITY_PRESERVING, lc.SwapPolicy.RESOURCE_PRESERVING],
+    ids=lambda p: p.name.lower(),
+)
+def test_reading_a_configured_model_again_past_a_broken_version_keeps_it_serving(tmp_path, policy):
+    save(constant_model(1.0), tmp_path / "m", 1)
+    config = ServerConfig.from_flags(
+        rest_api_port=free_port(), model_name="m", model_base_path=str(tmp_path / "m")
+    )
+    with (
+        lc.ModelRegistry(name="reread", swap_policy=policy) as registry,
+        running(registry, config) as url,
+    ):
+        publish_broken(tmp_path / "m", 2)
+        # A load of a configured model reads its base path again: version 2 fails.
+        load = httpx.post(f"{url}/v2/repository/models/m/load", json={}, timeout=60)
+        assert load.status_code == 200, load.text  # version 1 serves: not an error
+        assert rest_answer(url, "m") == {"predictions": [[1.0, 1.0]]}
+        assert [(s.version, s.state) for s in registry.status("m")] == [(1, lc.VersionState.READY)]
+        [(version, message)] = registry.last_scan("m").failed
+        assert version == 2 and "config.json" in message

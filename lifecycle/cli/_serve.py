@@ -130,7 +130,10 @@ def run(given: dict[str, Any]) -> None:
     choose_allocator(given[ALLOCATOR.name])
     import_library()
     if flags["model_factory"] and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` does: factories of the project
+        # Factories of the project are importable, but last: a file in the
+        # directory the server starts in cannot shadow the standard library or
+        # an installed package (a `json.py` there would run at the next import).
+        sys.path.append(os.getcwd())
     try:
         from ..server import ServerConfig
         from ..server import serve as serve_config

@@ -13,7 +13,9 @@ Every answer is the model's versions as ``GET`` gives them (the registry's
 ``status()``). Every admin call passes the one check of ``_auth`` (as KServe's
 repository load and unload and TensorFlow Serving's gRPC reload do): it needs
 ``Authorization: Bearer <token>`` when the server has an admin token; without
-one, the configuration admits admin calls only on a loopback address.
+one, the configuration admits admin calls only on a loopback address, and only
+as a program sends them, not a web page: no ``Origin``, the served address as
+``Host``, a JSON body (``Content-Type: application/json``) or none.
 """
 
 from __future__ import annotations

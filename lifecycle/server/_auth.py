@@ -4,9 +4,22 @@ Every call that changes the server's state — the admin API, KServe's repositor
 load and unload over REST or gRPC, TensorFlow Serving's
 ``HandleReloadConfigRequest`` — passes the one check of :func:`authorize`,
 whatever its transport: HTTP routes call :func:`authorize_http` with the
-request's ``Authorization`` header; the gRPC server runs
-:class:`AdminInterceptor` over every method of :data:`ADMIN_METHODS`, with the
-``authorization`` metadata. Both carry ``Bearer <token>``.
+request's headers; the gRPC server runs :class:`AdminInterceptor` over every
+method of :data:`ADMIN_METHODS`, with the call's metadata.
+
+With a token (``--admin_token``), the token is the authority: a call carries
+``Bearer <token>`` (the ``Authorization`` header, or ``authorization``
+metadata), and a web page cannot, since it does not know it. Without one, the
+server is on loopback and takes admin calls only from programs on the machine
+(curl, tritonclient, gRPC stubs), never from a web page, which can reach a
+loopback port too. A browser marks what it sends: an ``Origin`` header on every
+``POST``, ``PUT`` and ``DELETE`` (``origin`` metadata from gRPC-web), and a
+``Host`` of the page's own name when that name was made to resolve to this
+machine (DNS rebinding); and the bodies it may send across sites without asking
+the server first are forms and ``text/plain``. So a call without a token is
+refused (:class:`BrowserCallError`, 403) when it has an ``Origin``, a ``Host``
+other than the address served, or a ``Content-Type`` other than JSON. A call
+with no ``Content-Type`` passes: tritonclient sends its JSON bodies without one.
 """
 
 from __future__ import annotations
@@ -18,12 +31,14 @@ from typing import Any
 import grpc
 from starlette.requests import Request
 
-from ._config import ServerConfig
+from ._config import ADMIN_TOKEN_ENV, ServerConfig, is_loopback
 from ._errors import AdminDisabledError, UnauthorizedError, error_status, wire_message
 
 __all__ = [
     "ADMIN_METHODS",
+    "LOOPBACK_HOSTS",
     "AdminInterceptor",
+    "BrowserCallError",
     "authorize",
     "authorize_http",
     "grpc_sticky_key",
@@ -39,27 +54,60 @@ ADMIN_METHODS = frozenset(
     }
 )
 
+#: The names of a loopback server in a ``Host`` header (with or without its port).
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 
-def authorize(config: ServerConfig, authorization: str | None, action: str) -> None:
+# The one media type of an admin call's body (parameters such as charset aside).
+_JSON = "application/json"
+
+
+class BrowserCallError(AdminDisabledError):
+    """An admin call as a web page sends it, to a server without a token (HTTP 403).
+
+    The admin API is off for such callers, so the error answers as
+    :class:`AdminDisabledError` does: 403, ``PERMISSION_DENIED``.
+    """
+
+
+def authorize(
+    config: ServerConfig,
+    authorization: str | None,
+    action: str,
+    *,
+    origin: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    content_type: str | None = None,
+) -> None:
     """Let an admin call through, or raise: the one check of every transport.
 
     Args:
-        config: The server's configuration (``admin_api``, ``admin_token``).
+        config: The server's configuration (``admin_api``, ``admin_token``, ``host``).
         authorization: The call's credentials, ``"Bearer <token>"`` (the HTTP
             ``Authorization`` header or the gRPC ``authorization`` metadata);
             ``None`` when it has none.
         action: What the call does, for the message (``"POST /v1/admin/..."``).
+        origin: The call's ``Origin`` header (``origin`` metadata over gRPC),
+            if any: only browsers send one.
+        host: The HTTP ``Host`` header, if any (``None`` over gRPC).
+        port: The port the call came in on, which ``host`` may name.
+        content_type: The HTTP ``Content-Type`` header, if any.
 
     Raises:
         AdminDisabledError: The server runs with ``--no_admin_api``.
         UnauthorizedError: The server has a token and the call does not carry it.
+        BrowserCallError: The server has no token and the call looks like a
+            web page's: an ``Origin``, a foreign ``Host``, a body not JSON.
     """
     if not config.admin_api:
         raise AdminDisabledError(
             f"The admin API is turned off on this server (--no_admin_api): {action} is refused."
         )
     if config.admin_token is None:
-        return  # bound to loopback: ServerConfig refuses anything else without a token
+        # Bound to loopback (ServerConfig refuses anything else without a
+        # token): only a program on this machine may call, not a web page.
+        _refuse_browsers(config, action, origin, host, port, content_type)
+        return
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthorizedError(
@@ -71,12 +119,85 @@ def authorize(config: ServerConfig, authorization: str | None, action: str) -> N
 
 
 def authorize_http(request: Request, config: ServerConfig) -> None:
-    """:func:`authorize` an HTTP request by its ``Authorization`` header.
+    """:func:`authorize` an HTTP request by its headers.
 
     Raises:
-        AdminDisabledError, UnauthorizedError: As :func:`authorize`.
+        AdminDisabledError, UnauthorizedError, BrowserCallError: As :func:`authorize`.
     """
-    authorize(config, request.headers.get("authorization"), f"{request.method} {request.url.path}")
+    headers = request.headers
+    # (address, port) of the socket it came in on; no port on a Unix socket.
+    server = request.scope.get("server") or (None, None)
+    authorize(
+        config,
+        headers.get("authorization"),
+        f"{request.method} {request.url.path}",
+        origin=headers.get("origin"),
+        host=headers.get("host"),
+        port=server[1] or config.rest_api_port,
+        content_type=headers.get("content-type"),
+    )
+
+
+def _refuse_browsers(
+    config: ServerConfig,
+    action: str,
+    origin: str | None,
+    host: str | None,
+    port: int | None,
+    content_type: str | None,
+) -> None:
+    """Raise :class:`BrowserCallError` if the admin call is one a web page could send."""
+    tail = (
+        "Without --admin_token this server takes admin calls only from programs on this "
+        "machine (curl, tritonclient, gRPC stubs), never from a web page: call it from the "
+        f"command line, or set --admin_token (or the {ADMIN_TOKEN_ENV} environment variable) "
+        "and send 'Authorization: Bearer <token>'."
+    )
+    if origin is not None:
+        raise BrowserCallError(
+            f"{action} is an admin call and carries an Origin ({origin!r}), which browsers "
+            f"send: refused. {tail}"
+        )
+    served = _served_hosts(config.host)
+    if host is not None and not _is_served(host, served, port):
+        bound = _bracketed(config.host)
+        raise BrowserCallError(
+            f"{action} is an admin call to 'Host: {host}', which is not this server's address "
+            f"(one of {sorted(served)}, with or without the port {port}), as a web page "
+            "whose name was made to resolve to this machine sends it: refused. Call "
+            f"http://{bound}:{port}/... instead. {tail}"
+        )
+    media = (content_type or "").partition(";")[0].strip().lower()
+    if content_type is not None and media != _JSON:
+        raise BrowserCallError(
+            f"{action} is an admin call with a body of Content-Type {content_type!r}, as a web "
+            "page's form or fetch() sends across sites: refused. Admin bodies are JSON: send "
+            "'Content-Type: application/json' (curl --json, or -H 'Content-Type: "
+            f"application/json'). {tail}"
+        )
+
+
+def _served_hosts(bound: str) -> frozenset[str]:
+    """The names of the bind address ``bound`` in a ``Host`` header, lower case."""
+    names = {_bracketed(bound).lower()}
+    if is_loopback(bound):
+        names |= LOOPBACK_HOSTS
+    return frozenset(names)
+
+
+def _bracketed(address: str) -> str:
+    """``address`` as a URL or ``Host`` header names it: an IPv6 address in brackets."""
+    return f"[{address}]" if ":" in address else address
+
+
+def _is_served(host: str, served: frozenset[str], port: int | None) -> bool:
+    """Whether the ``Host`` header ``host`` names one of ``served``, and ``port`` if any."""
+    host = host.strip().lower()
+    bracket = host.rfind("]")
+    name, colon, given = host.rpartition(":") if ":" in host[bracket + 1 :] else (host, "", "")
+    if name not in served:
+        return False
+    return not colon or (given.isascii() and given.isdigit() and int(given) == port)
 
 
 def http_sticky_key(request: Request, config: ServerConfig) -> str | None:
@@ -98,7 +219,8 @@ class AdminInterceptor(grpc.ServerInterceptor):
 
     A refused call ends with the code of its error's row in the server's one
     error table (``UNAUTHENTICATED``, ``PERMISSION_DENIED``) before the
-    method runs or its request is read.
+    method runs or its request is read. The ``origin`` metadata counts as an
+    HTTP ``Origin``: gRPC-web clients in a browser send it through their proxy.
 
     Args:
         config: The server's configuration.
@@ -117,8 +239,9 @@ class AdminInterceptor(grpc.ServerInterceptor):
             return continuation(handler_call_details)
         metadata = handler_call_details.invocation_metadata or ()  # type: ignore[attr-defined]
         authorization = next((value for key, value in metadata if key == "authorization"), None)
+        origin = next((value for key, value in metadata if key == "origin"), None)
         try:
-            authorize(self._config, authorization, f"gRPC {method}")
+            authorize(self._config, authorization, f"gRPC {method}", origin=origin)
         except PermissionError as error:
             code, message = error_status(error).grpc_code, wire_message(error)
 

@@ -24,6 +24,7 @@ __all__ = [
     "CONTROL_MODES",
     "HEADER_CHARS",
     "LOADER_FOREGROUND_BYTES",
+    "MIN_ADMIN_TOKEN_LENGTH",
     "REPOSITORY_POLL_SECS",
     "SWAP_POLICIES",
     "base_path",
@@ -54,6 +55,9 @@ __all__ = [
 #: Where the admin token is read when ``--admin_token`` is not given: a secret
 #: on a command line is visible to every user of the machine (``ps``).
 ADMIN_TOKEN_ENV = "LIFECYCLE_ADMIN_TOKEN"
+#: The shortest admin token accepted: 16 characters, too many to guess by trying
+#: them against the server (``secrets.token_urlsafe(32)`` makes 43).
+MIN_ADMIN_TOKEN_LENGTH = 16
 # An HTTP header name (RFC 9110 token characters).
 HEADER_CHARS = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"
@@ -112,7 +116,10 @@ def env_token() -> str | None:
 
 
 def check_admin(host: str, admin_api: bool, admin_token: str | None) -> None:
-    """The admin token is well formed, and there is one if other hosts may call."""
+    """The admin token is well formed and long enough, and there is one if other hosts may call.
+
+    The messages never show the token: they are printed and logged.
+    """
     if admin_token is not None and (
         not isinstance(admin_token, str)
         or not admin_token
@@ -123,6 +130,12 @@ def check_admin(host: str, admin_api: bool, admin_token: str | None) -> None:
             f"--admin_token (or {ADMIN_TOKEN_ENV}) must be a non-empty string of "
             "printable characters without spaces (it travels as "
             "'Authorization: Bearer <token>')."
+        )
+    if admin_token is not None and len(admin_token) < MIN_ADMIN_TOKEN_LENGTH:
+        raise ValueError(
+            f"--admin_token (or {ADMIN_TOKEN_ENV}) must be at least {MIN_ADMIN_TOKEN_LENGTH} "
+            f"characters long; this one has {len(admin_token)}. Make one with: "
+            'python -c "import secrets; print(secrets.token_urlsafe(32))"'
         )
     if admin_api and admin_token is None and not is_loopback(host):
         raise ValueError(

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -91,6 +91,13 @@ class ModelService:
     # Poll mode: the thread that rescans the repository, and what stops it.
     _poller: threading.Thread | None = attrs.field(default=None, init=False)
     _stopping: threading.Event = attrs.field(factory=threading.Event, init=False)
+    # The start-up models' factories (--model_factory) by name: a reloaded
+    # config (a ModelServerConfig, which cannot name code) keeps them.
+    _factories: dict[str, Callable[[], Any]] = attrs.field(init=False)
+
+    @_factories.default
+    def _startup_factories(self) -> dict[str, Callable[[], Any]]:
+        return {m.name: m.factory for m in self.config.models if m.factory is not None}
 
     @property
     def ready(self) -> bool:
@@ -389,8 +396,10 @@ class ModelService:
 
         Models no longer listed are unloaded (every version retired, its labels
         and route removed); listed ones are watched with their base path,
-        policy and labels, and become the configuration. Models loaded into
-        the registry by other means are left alone.
+        policy and labels, and become the configuration. A listed model
+        without a factory gets the one ``--model_factory`` gave the model of
+        its name at start-up, so its versions of checkpoints still load.
+        Models loaded into the registry by other means are left alone.
 
         Raises:
             FileNotFoundError, LoadError, BudgetExceededError: A listed model
@@ -404,6 +413,12 @@ class ModelService:
                 f"The model repository {repository!r} holds models named {clash}: "
                 "a model config may not name them."
             )
+        models = [
+            attrs.evolve(model, factory=self._factories[model.name])
+            if model.factory is None and model.name in self._factories
+            else model
+            for model in models
+        ]
         with self._lock:
             listed = {model.name: model for model in models}
             previous = {model.name: model for model in self.config.models}
@@ -464,16 +479,20 @@ class ModelService:
                 self._unwatch(model.name)
             version, message = next(iter(failed.items()))
             raise LoadError(f"Loading {model.name!r} version {version} failed: {message}")
-        if report.default not in report.wanted:  # the policy changed: its newest serves
-            ready = [
-                s.version
-                for s in self._statuses(model.name)
-                if s.version in report.wanted and s.state is VersionState.READY
+        ready = [
+            s.version
+            for s in self._statuses(model.name)
+            if s.version in report.wanted and s.state is VersionState.READY
+        ]
+        if ready and report.default not in report.wanted:  # the policy changed: its newest serves
+            self.registry.promote(model.name, max(ready))
+        if ready:
+            # Only once a wanted version serves: if every one failed to load, the
+            # versions loaded before serve on (a failed swap loses nothing).
+            leftover = [
+                s.version for s in self._statuses(model.name) if s.version not in report.wanted
             ]
-            if ready:
-                self.registry.promote(model.name, max(ready))
-        leftover = [s.version for s in self._statuses(model.name) if s.version not in report.wanted]
-        self._retire(model.name, leftover)
+            self._retire(model.name, leftover)
         self._set_labels(model)
 
     def _watch_repository(self, name: str, *, strict: bool) -> None:
