@@ -1,4 +1,4 @@
-# `make demo` and `make test` work on a fresh machine with Python >= 3.10, pip and make.
+# `make demo` and `make test` work on a fresh machine with Python >= 3.11, pip and make.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 PYTEST_PARALLEL := $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,-p no:xdist)
 
-.PHONY: demo test test-all test-fast lint check-size format bench clean
+.PHONY: demo test test-all test-fast fuzz lint check-size format bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,13 @@ test-all: lint
 # The fast lane: the slow tests left out, one test of every kind kept.
 test-fast: lint
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not slow and not benchmark" $(PYTEST_ARGS)
+
+# The fuzzing suite's long run: every decoder of `lifecycle serve` driven with
+# FUZZ_EXAMPLES random inputs each (`make test` runs 150, the same on every machine).
+FUZZ_EXAMPLES ?= 20000
+fuzz: $(VENV)/.dev-installed
+	LIFECYCLE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -p no:xdist \
+	  tests/test_server_fuzz.py tests/test_server_json.py $(PYTEST_ARGS)
 
 format: $(VENV)/.dev-installed
 	$(BIN)/ruff format .

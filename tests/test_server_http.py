@@ -10,6 +10,7 @@ import pytest
 from support.waits import wait_until
 
 from lifecycle.server import _http
+from lifecycle.server._errors import ServerBusyError
 from lifecycle.server._http import _Workers, blocking
 
 REQUEST = contextvars.ContextVar("REQUEST", default="none")
@@ -81,3 +82,53 @@ def test_a_cancelled_call_still_runs_to_its_end() -> None:
 
     asyncio.run(main())
     assert finished.wait(10), "the cancelled call did not run to its end"
+
+
+def test_a_call_beyond_max_queued_is_refused_at_once_and_the_queue_drains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    workers = _Workers(limit=1, idle_seconds=0.1)
+    monkeypatch.setattr(_http, "_WORKERS", workers)
+    release = threading.Event()
+    started: list[int] = []
+
+    def call(i: int) -> int:
+        started.append(i)
+        release.wait(10)
+        return i
+
+    async def main() -> list[int]:
+        # What HttpLimits sets for a request of an app with --max_queued_requests 1.
+        _http._LIMITS.set(_http._RequestLimits(max_queued=1))
+        running = asyncio.create_task(blocking(call, 0))
+        await asyncio.to_thread(wait_until, lambda: started == [0], "the first call running")
+        queued = asyncio.create_task(blocking(call, 1))
+        await asyncio.sleep(0)  # the task submits its call
+        assert workers._backlog == 1
+        with pytest.raises(ServerBusyError) as refused:
+            await blocking(call, 2)
+        assert "1 requests are running and 1 wait for a worker thread" in str(refused.value)
+        assert "(--max_queued_requests)" in str(refused.value)
+        release.set()
+        return [await running, await queued]
+
+    assert asyncio.run(main()) == [0, 1]
+    assert started == [0, 1]  # the refused call never ran
+    assert workers._backlog == 0
+    wait_until(lambda: workers._threads == 0, "the idle thread ended")
+
+
+def test_calls_outside_a_request_are_never_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start-up and shutdown (the app's lifespan) run outside any request's limits."""
+    workers = _Workers(limit=1, idle_seconds=0.1)
+    monkeypatch.setattr(_http, "_WORKERS", workers)
+    release = threading.Event()
+
+    async def main() -> list[bool]:
+        calls = [asyncio.create_task(blocking(release.wait, 10)) for _ in range(5)]
+        await asyncio.sleep(0)
+        assert workers._backlog == 4
+        release.set()
+        return list(await asyncio.gather(*calls))
+
+    assert asyncio.run(main()) == [True] * 5

@@ -327,3 +327,55 @@ def test_wrong_datatypes_and_values_the_model_refuses_are_400(v2):
         v2.infer("embed", [tensor("ids", np.array([[7]], "int64"), "INT64")])
     answer = v2.infer("embed", [tensor("ids", np.array([[4]], "int64"), "INT64")])
     assert answer.as_numpy("output_0").shape == (1, 1, 2)  # it keeps serving
+
+
+def declared(name: str, shape: list[int], datatype: str, size: int) -> dict:
+    """A binary input's JSON part: what it says it holds, and its byte count."""
+    return {
+        "name": name,
+        "shape": shape,
+        "datatype": datatype,
+        "parameters": {"binary_data_size": size},
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "item", "data", "fragment"),
+    [
+        (
+            "risk",
+            declared("features", [4, 3], "FP32", 12),
+            ONES,
+            "has 12 bytes of FP32 data, but its shape [4, 3] takes 48 (4 per element)",
+        ),
+        (
+            "risk",
+            declared("features", [2**40, 3], "FP32", 12),
+            ONES,
+            "has 1099511627776 rows (its first dimension); a request may hold at most 65536 "
+            "(--max_request_rows)",
+        ),
+        (
+            "risk",
+            declared("features", [1, 2**31, 2**31], "FP32", 12),
+            ONES,
+            "too large for any array",
+        ),
+        ("risk", declared("features", [1, 4], "FP32", 12), ONES, "but the model takes (-1, 3)"),
+        (
+            "words",
+            declared("word", [60000, 1], "BYTES", 7),
+            as_bytes(b"dog"),
+            "Input 'word' has 1 values, but its shape [60000, 1] holds 60000",
+        ),
+    ],
+    ids=["more-elements", "rows", "overflow", "rank", "bytes-elements"],
+)
+def test_a_declared_shape_must_match_the_bytes_before_anything_is_allocated(
+    http, model, item, data, fragment
+):
+    """A shape that claims more than the bytes hold is refused before an array is made."""
+    body, headers = binary_body({"inputs": [item]}, data)
+    response = http.post(f"/v2/models/{model}/infer", content=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["error"]

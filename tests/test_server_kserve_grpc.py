@@ -27,7 +27,7 @@ from lifecycle.server import ServerConfig
 from lifecycle.server._open_inference import SERVICE, methods
 
 TIMEOUT = 30  # seconds, every call's deadline
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-admin"  # 16 characters or more: the server's minimum
 
 
 def serve(root: Path, **flags: object) -> ServerConfig:
@@ -270,6 +270,28 @@ def test_bad_infer_requests_carry_their_code_and_a_message(stub, request_, code,
     with pytest.raises(grpc.RpcError) as caught:
         stub.ModelInfer(request_, timeout=TIMEOUT)
     assert caught.value.code() == code, caught.value.details()
+    assert fragment in caught.value.details()
+
+
+@pytest.mark.parametrize(
+    ("shape", "fragment"),
+    [
+        ([1, 25_000_000], "Input 'features' has shape (1, 25000000), but the model takes (-1, 3)"),
+        ([2**40, 3], "has 1099511627776 rows (its first dimension); a request may hold at most"),
+        ([65_537, 3], "has 65537 rows (its first dimension)"),
+        ([-1, 3], "declares shape [-1, 3]: a dimension cannot be negative"),
+        ([2**62, 2**62], "too large for any array"),
+    ],
+)
+@pytest.mark.parametrize("form", ["raw", "contents"])
+def test_a_declared_shape_is_refused_before_its_values_are_read(stub, shape, fragment, form):
+    # One value sent: a shape beyond it would cost the server, not the client.
+    request = infer_request("risk", ("features", "FP32", shape), raw=[ONES[:4]] * (form == "raw"))
+    if form == "contents":
+        request.inputs[0].contents.fp32_contents.append(1.0)
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ModelInfer(request, timeout=TIMEOUT)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
     assert fragment in caught.value.details()
 
 

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -21,19 +22,20 @@ import tensorflow as tf
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import _tf
 from .._core import tune_allocator
 from .._registry import ModelRegistry
-from ..errors import LifecycleError
+from ..errors import LifecycleError, QueueFullError
 from ._admin import routes as admin_routes
 from ._config import ServerConfig
-from ._errors import ERRORS, error_status, wire_message
+from ._errors import ERRORS, ServerBusyError, error_status, wire_message
 from ._grpc import build_grpc_server
-from ._http import blocking, json_response
+from ._http import BodyReads, HttpLimits, blocking, json_response
 from ._kserve import routes as kserve_routes
 from ._service import ModelService
 from ._tfserving import routes as tfserving_routes
@@ -64,7 +66,9 @@ def build_app(
 
     Returns:
         A Starlette application serving TensorFlow Serving's REST API, KServe's
-        v2 protocol, the admin API and Prometheus metrics.
+        v2 protocol, the admin API and Prometheus metrics, under ``config``'s
+        request limits. Its ``state.body_reads`` (:class:`BodyReads`) ends
+        the body reads in progress when the server shuts down.
 
     Example:
         >>> import lifecycle as lc
@@ -88,12 +92,18 @@ def build_app(
 
     async def wire_error(request: Request, error: Exception) -> Response:
         status = error_status(error)
-        if status.status >= 500:
+        if status.status >= 500 and not isinstance(error, _OVERLOADED):
             _log.error("%s %s failed", request.method, request.url.path, exc_info=error)
         response = json_response({"error": wire_message(error)}, status.status)
         if status.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
+        if isinstance(error, _OVERLOADED):
+            response.headers["Retry-After"] = "1"
         return response
+
+    async def disconnected(request: Request, error: Exception) -> Response:
+        # The client left before its body arrived: nobody reads the answer.
+        return Response(status_code=400)
 
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, HTTPException)
@@ -103,17 +113,34 @@ def build_app(
 
     handlers: dict[Any, Any] = {kind: wire_error for kind, _ in ERRORS}
     handlers[HTTPException] = http_error
+    handlers[ClientDisconnect] = disconnected
     handlers[Exception] = wire_error
-    return Starlette(
+    reads = BodyReads()
+    limits = Middleware(
+        HttpLimits,
+        body_read_timeout=config.body_read_timeout_seconds,
+        max_queued=config.max_queued_requests,
+        max_json_depth=config.max_json_depth,
+        reads=reads,
+    )
+    app = Starlette(
         routes=[
             *tfserving_routes(service, config.max_request_bytes),
             *kserve_routes(service, config.max_request_bytes),
             *admin_routes(service, config),
             *_metrics_routes(registry),
         ],
+        middleware=[limits],
         exception_handlers=handlers,
         lifespan=lifespan,
     )
+    app.state.body_reads = reads
+    return app
+
+
+# Refusals of load beyond what the server takes: 503 with Retry-After, not logged
+# as failures (a flood of them would fill the log).
+_OVERLOADED = (ServerBusyError, QueueFullError)
 
 
 def _metrics_routes(registry: ModelRegistry) -> list[Route]:
@@ -144,7 +171,9 @@ class _Server(uvicorn.Server):
 
     With ``grpc_server`` (built, not started) it also serves gRPC: the gRPC port
     opens with the HTTP one, once the models are loaded, and closes with it,
-    letting calls in flight finish within ``grace`` seconds.
+    letting calls in flight finish within ``grace`` seconds. With
+    ``body_reads`` (the app's), request bodies still arriving at shutdown are
+    answered at once (408) rather than waited for until ``grace`` ends.
     """
 
     def __init__(
@@ -153,8 +182,10 @@ class _Server(uvicorn.Server):
         grpc_server: Callable[[], grpc.Server] | None = None,
         grace: float = 10.0,
         grpc_address: str = "",
+        body_reads: BodyReads | None = None,
     ) -> None:
         super().__init__(config)
+        self._body_reads = body_reads
         self._grpc_address = grpc_address
         self._build_grpc = grpc_server
         self._grpc: grpc.Server | None = None
@@ -177,6 +208,8 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         stopped = self._grpc.stop(self._grace) if self._grpc is not None else None
+        if self._body_reads is not None:
+            self._body_reads.stop()
         await super().shutdown(sockets)
         if stopped is not None:
             await asyncio.to_thread(stopped.wait, self._grace + 5)
@@ -202,7 +235,12 @@ def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
     ``serve`` extra installs httptools and (except on Windows) uvloop, which
     took a sixth to a quarter less CPU per request than h11 and asyncio's own
     loop in the server benchmark's recorded runs.
+
+    uvicorn refuses a request with 503 (a plain-text body, the connection
+    closed) once ``limit_concurrency`` connections are open, counting the
+    request's own: one more than ``max_connections`` lets that many serve.
     """
+    _throttle_refusals()
     return uvicorn.Config(
         app,
         host=config.host,
@@ -211,7 +249,42 @@ def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
         timeout_graceful_shutdown=config.drain_seconds,  # type: ignore[arg-type]
         log_level="info",
         access_log=config.access_log,
+        limit_concurrency=config.max_connections + 1,
     )
+
+
+class _Throttle(logging.Filter):
+    """Lets a message through at most once per ``seconds``, with how many were dropped."""
+
+    def __init__(self, message: str, seconds: float) -> None:
+        super().__init__()
+        self._message = message
+        self._seconds = seconds
+        self._next = 0.0
+        self._dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != self._message:
+            return True
+        now = time.monotonic()
+        if now < self._next:
+            self._dropped += 1
+            return False
+        if self._dropped:
+            record.msg = f"{self._message} ({self._dropped} more since the last such line)"
+        self._next, self._dropped = now + self._seconds, 0
+        return True
+
+
+def _throttle_refusals() -> None:
+    """Let one of uvicorn's lines per request refused beyond its limit through per 10 s.
+
+    A flood of refused requests would otherwise write a flood of lines on the
+    event loop.
+    """
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _Throttle) for f in logger.filters):
+        logger.addFilter(_Throttle("Exceeded concurrency limit.", 10.0))
 
 
 def set_parallelism(config: ServerConfig) -> None:
@@ -278,11 +351,13 @@ def serve(config: ServerConfig) -> None:
         name="server",
     )
     service = ModelService(registry, config)
+    app = build_app(registry, config, service=service)
     server = _Server(
-        uvicorn_config(build_app(registry, config, service=service), config),
+        uvicorn_config(app, config),
         grpc_server=(lambda: build_grpc_server(service, config)) if config.grpc_port else None,
         grace=config.drain_seconds,
         grpc_address=f"{config.host}:{config.grpc_port}",
+        body_reads=app.state.body_reads,
     )
     try:
         # The models load before the ports open, here rather than in the app's

@@ -174,9 +174,7 @@ class ServerConfig:
     body_read_timeout_seconds: float = attrs.field(
         default=30.0, validator=validator("body_read_timeout_seconds")
     )
-    max_queued_requests: int = attrs.field(
-        default=256, validator=validator("max_queued_requests")
-    )
+    max_queued_requests: int = attrs.field(default=256, validator=validator("max_queued_requests"))
     max_json_depth: int = attrs.field(default=64, validator=validator("max_json_depth"))
     max_request_rows: int = attrs.field(default=65536, validator=validator("max_request_rows"))
     drain_seconds: float = attrs.field(default=10.0, validator=validator("drain_seconds"))
@@ -456,6 +454,10 @@ def _with_factories(
 
 def import_factory(target: str) -> Callable[[], Any]:
     """The function ``module:function`` names, imported.
+
+    The module is found on ``sys.path`` as it stands: ``lifecycle serve``
+    appends the current directory to it, after the installed packages, so a
+    file there cannot shadow one of theirs. Importing runs the module's code.
 
     Raises:
         ValueError: ``target`` is malformed, or names nothing callable; the

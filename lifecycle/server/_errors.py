@@ -6,11 +6,13 @@ subclasses come before their bases. Both REST protocols answer errors as
 ``{"error": "<message>"}`` (TensorFlow Serving's ``api_rest.md``, KServe's
 Open Inference Protocol), with TensorFlow Serving's statuses for the codes it
 has (404 NOT_FOUND, 400 INVALID_ARGUMENT, 503 UNAVAILABLE, 500 INTERNAL); a
-request body over the limit is 413 and a load that cannot fit the memory budget
-507; a repository load or unload that the model control mode refuses is
-503, as in Triton; an admin call without the right bearer token is 401, and one to a server
-whose admin API is turned off 403. gRPC answers with the canonical code itself, as
-TensorFlow Serving does (its ``ToGRPCStatus`` maps TensorFlow's error codes one to one).
+request body over the limit is 413, one that does not arrive within the body
+read timeout 408, a load that cannot fit the memory budget 507, and a request
+refused because the worker queue is full 503; a repository load or unload that
+the model control mode refuses is 503, as in Triton; an admin call without the
+right bearer token is 401, and one to a server whose admin API is turned off
+403. gRPC answers with the canonical code itself, as TensorFlow Serving does
+(its ``ToGRPCStatus`` maps TensorFlow's error codes one to one).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ __all__ = [
     "BadRequestError",
     "ModelControlError",
     "PayloadTooLargeError",
+    "RequestTimeoutError",
+    "ServerBusyError",
     "UnauthorizedError",
     "WireError",
     "error_status",
@@ -52,6 +56,18 @@ class BadRequestError(ValueError):
 
 class PayloadTooLargeError(ValueError):
     """A request body over ``max_request_bytes`` (HTTP 413)."""
+
+
+class RequestTimeoutError(TimeoutError):
+    """A request body that did not arrive within ``body_read_timeout_seconds`` (HTTP 408).
+
+    Also what a body still arriving when the server shuts down gets: its
+    connection closes either way.
+    """
+
+
+class ServerBusyError(RuntimeError):
+    """A request refused at once: ``max_queued_requests`` wait for a worker already (HTTP 503)."""
 
 
 class UnauthorizedError(PermissionError):
@@ -88,6 +104,8 @@ class WireError:
 # Order matters: the first matching row wins.
 ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
     (PayloadTooLargeError, WireError(413, "RESOURCE_EXHAUSTED")),
+    (RequestTimeoutError, WireError(408, "DEADLINE_EXCEEDED")),
+    (ServerBusyError, WireError(503, "UNAVAILABLE")),
     (UnauthorizedError, WireError(401, "UNAUTHENTICATED")),
     (AdminDisabledError, WireError(403, "PERMISSION_DENIED")),
     (UnknownModelError, WireError(404, "NOT_FOUND")),

@@ -10,20 +10,31 @@ wins over the context's, as in TensorFlow Serving, which concatenates the two
 serializations). The answers are read from the outputs TensorFlow Serving
 reads: ``classes`` and ``scores`` for a classification, ``outputs`` for a
 regression.
+
+A context is copied into every example, so a small request can ask for a large
+batch: 1,000 empty examples with a 100 KB context are 100 MB. The copies cannot
+be avoided (the signature parses each serialized example on its own, as in
+TensorFlow Serving), so they are bounded instead: the examples are read only
+once the signature is known to be of the request's method
+(:func:`run_examples`), then counted against ``--max_request_rows`` and their
+expanded size (examples x context + the examples' own bytes) computed against
+``--max_request_bytes`` before a single copy is made.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 from tensorflow.core.example import example_pb2, feature_pb2
+from tensorflow_serving.apis import input_pb2
 
 from .._registry import ServingLease, ServingSignature
 from .._tf import CLASSIFY_METHOD, REGRESS_METHOD
-from ._errors import BadRequestError
+from ._errors import BadRequestError, PayloadTooLargeError
 
 __all__ = [
     "CLASSIFY",
@@ -40,53 +51,100 @@ REGRESS = "regress"
 _METHODS = {CLASSIFY: CLASSIFY_METHOD, REGRESS: REGRESS_METHOD}
 
 
-def examples_from_json(examples: Any, context: Any = None) -> list[bytes]:
+def examples_from_json(
+    examples: Any, context: Any = None, *, max_rows: int, max_bytes: int
+) -> list[bytes]:
     """Serialized ``tf.Example``s of a REST body's ``examples`` (and ``context``).
 
     A feature's value is a number, a string, ``{"b64": ...}``, or a list of one
     kind: integers go to ``int64_list``, numbers with a fraction to
     ``float_list``, strings and ``b64`` to ``bytes_list``.
 
+    Args:
+        examples: The body's ``examples``: a list of objects of features.
+        context: The body's ``context``: an object of features, or ``None``.
+        max_rows: The most examples a request may hold (``--max_request_rows``).
+        max_bytes: The most bytes the examples may take once each carries the
+            context (``--max_request_bytes``).
+
     Raises:
-        BadRequestError: Not a non-empty list of objects, or a value of no kind.
+        BadRequestError: Not a non-empty list of objects, a value of no kind,
+            or more than ``max_rows`` examples.
+        PayloadTooLargeError: The expanded examples would take more than ``max_bytes``.
     """
     if not isinstance(examples, list) or not examples:
         raise BadRequestError("'examples' must be a non-empty list of objects of features.")
+    _check_rows(len(examples), max_rows)
     prefix = _example(context, "'context'").SerializeToString() if context is not None else b""
-    return [
-        prefix + _example(item, f"example {i}").SerializeToString()
-        for i, item in enumerate(examples)
-    ]
+    own = [_example(item, f"example {i}").SerializeToString() for i, item in enumerate(examples)]
+    return _expanded(prefix, own, max_bytes)
 
 
-def examples_from_input(given: Any) -> list[bytes]:
-    """Serialized ``tf.Example``s of a gRPC request's ``Input`` message.
+def examples_from_input(
+    given: input_pb2.Input | bytes, *, max_rows: int, max_bytes: int
+) -> list[bytes]:
+    """Serialized ``tf.Example``s of a gRPC request's ``Input`` message (or its bytes).
+
+    Args:
+        given: The request's ``input``, or its serialized bytes.
+        max_rows: The most examples a request may hold (``--max_request_rows``).
+        max_bytes: The most bytes the examples may take once each carries the
+            context (``--max_request_bytes``).
 
     Raises:
-        BadRequestError: The input holds no examples.
+        BadRequestError: The bytes do not parse, the input holds no examples,
+            or more than ``max_rows``.
+        PayloadTooLargeError: The expanded examples would take more than ``max_bytes``.
+
+    Example:
+        >>> from tensorflow_serving.apis import input_pb2
+        >>> given = input_pb2.Input()
+        >>> listed = given.example_list_with_context
+        >>> listed.context.features.feature["c"].int64_list.value.append(1)
+        >>> _ = listed.examples.add(), listed.examples.add()
+        >>> serialized = examples_from_input(given, max_rows=10, max_bytes=1000)
+        >>> serialized == [listed.context.SerializeToString()] * 2
+        True
     """
+    given = _parse_input(given)
     kind = given.WhichOneof("kind")
     if kind == "example_list":
-        examples, prefix = given.example_list.examples, b""
+        examples, context = given.example_list.examples, None
     elif kind == "example_list_with_context":
         listed = given.example_list_with_context
-        examples, prefix = listed.examples, listed.context.SerializeToString()
+        examples, context = listed.examples, listed.context
     else:
         raise BadRequestError(
             "The request's input must be an example_list or an example_list_with_context."
         )
     if not examples:
         raise BadRequestError("The request's input holds no examples.")
-    return [prefix + example.SerializeToString() for example in examples]
+    _check_rows(len(examples), max_rows)
+    prefix = context.SerializeToString() if context is not None else b""
+    own = [example.SerializeToString() for example in examples]
+    return _expanded(prefix, own, max_bytes)
 
 
 def run_examples(
-    lease: ServingLease, signature_name: str | None, verb: str, serialized: Sequence[bytes]
+    lease: ServingLease,
+    signature_name: str | None,
+    verb: str,
+    read: Callable[[], Sequence[bytes]],
 ) -> dict[str, np.ndarray]:
     """Run a classify or regress signature of the held version on serialized examples.
 
+    Args:
+        lease: The version serving the request.
+        signature_name: The signature; ``None`` for ``serving_default``.
+        verb: :data:`CLASSIFY` or :data:`REGRESS`.
+        read: Reads the request's serialized examples
+            (:func:`examples_from_json`, :func:`examples_from_input`): called
+            only once the signature is known to take them, so that nothing is
+            expanded for a request that is refused anyway.
+
     Raises:
         ValueError: No such signature, or its method is not ``verb``'s.
+        BadRequestError, PayloadTooLargeError: ``read``'s.
     """
     signature = lease.signature_named(signature_name)
     _check_method(signature, signature_name, verb)
@@ -95,7 +153,9 @@ def run_examples(
             f"The {verb} signature must take one string input of serialized tf.Examples; "
             f"it takes {[(s.name, s.dtype) for s in signature.inputs]}."
         )
-    batch = np.array(list(serialized), dtype=object)
+    serialized = read()
+    batch = np.empty(len(serialized), dtype=object)
+    batch[:] = list(serialized)
     shape = signature.inputs[0].shape
     if len(shape) == 2:  # [batch, 1]
         batch = batch.reshape(-1, 1)
@@ -151,6 +211,47 @@ def regressions(outputs: Mapping[str, np.ndarray]) -> list[float]:
     return [float(v) for v in values.reshape(-1)]
 
 
+def _parse_input(given: input_pb2.Input | bytes) -> input_pb2.Input:
+    if isinstance(given, input_pb2.Input):
+        return given
+    if not isinstance(given, (bytes, bytearray, memoryview)):
+        raise TypeError(f"Expected an Input message or its bytes. Received: {type(given)!r}")
+    try:
+        return input_pb2.Input.FromString(bytes(given))
+    except DecodeError as error:
+        raise BadRequestError(
+            f"The request's input is not a valid Input message: {error}"
+        ) from None
+
+
+def _check_rows(count: int, max_rows: int) -> None:
+    if count > max_rows:
+        raise BadRequestError(
+            f"The request holds {count} examples; a request may hold at most {max_rows} "
+            "(--max_request_rows). Send fewer examples per request, or start the server with "
+            "a larger --max_request_rows."
+        )
+
+
+def _expanded(prefix: bytes, own: list[bytes], max_bytes: int) -> list[bytes]:
+    """Each example after the context's serialization, once their total size is known to fit.
+
+    An example's own features win over the context's: a later value of a
+    feature in a serialization replaces an earlier one, as in TensorFlow Serving.
+    """
+    total = len(prefix) * len(own) + sum(map(len, own))
+    if total > max_bytes:
+        raise PayloadTooLargeError(
+            f"The request's {len(own)} examples, each with the context's {len(prefix)} bytes, "
+            f"take {total} bytes once serialized: over the server's limit of {max_bytes} "
+            "(--max_request_bytes). The context is copied into every example: send fewer "
+            "examples per request, or a smaller context."
+        )
+    if not prefix:
+        return own
+    return [prefix + example for example in own]
+
+
 def _check_method(signature: ServingSignature, name: str | None, verb: str) -> None:
     if signature.method_name != _METHODS[verb]:
         raise BadRequestError(
@@ -172,6 +273,8 @@ def _example(features: Any, where: str) -> example_pb2.Example:
         raise BadRequestError(f"{where} must be an object of features. Received: {features!r}")
     example = example_pb2.Example()
     for name, value in features.items():
+        if not isinstance(name, str):
+            raise BadRequestError(f"{where}: feature names are strings. Received: {name!r}")
         _fill(example.features.feature[name], value, f"{where}, feature {name!r}")
     return example
 
@@ -181,14 +284,18 @@ def _fill(feature: feature_pb2.Feature, value: Any, where: str) -> None:
     if not values:
         raise BadRequestError(f"{where} is an empty list: its kind cannot be told.")
     kinds = {_kind(v, where) for v in values}
-    if kinds == {"int"}:
-        feature.int64_list.value.extend(values)
-    elif kinds <= {"int", "float"}:
-        feature.float_list.value.extend(float(v) for v in values)
-    elif kinds == {"bytes"}:
+    if kinds == {"bytes"}:
         feature.bytes_list.value.extend(_bytes(v, where) for v in values)
-    else:
+        return
+    if not kinds <= {"int", "float"}:
         raise BadRequestError(f"{where} mixes numbers and strings: {value!r}")
+    try:
+        if kinds == {"int"}:
+            feature.int64_list.value.extend(values)
+        else:
+            feature.float_list.value.extend(float(v) for v in values)
+    except (ValueError, OverflowError) as error:  # an integer beyond int64 or float
+        raise BadRequestError(f"{where} cannot be stored in a tf.Example: {error}") from None
 
 
 def _kind(value: Any, where: str) -> str:
@@ -207,7 +314,10 @@ def _kind(value: Any, where: str) -> str:
 
 def _bytes(value: Any, where: str) -> bytes:
     if isinstance(value, str):
-        return value.encode()
+        try:
+            return value.encode()
+        except UnicodeEncodeError as error:  # a lone surrogate
+            raise BadRequestError(f"{where}: a string is not valid text: {error}") from None
     try:
         return base64.b64decode(value["b64"], validate=True)
     except (ValueError, TypeError) as error:

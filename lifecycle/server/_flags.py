@@ -204,8 +204,9 @@ FLAGS: tuple[Flag, ...] = (
         "max_json_depth",
         int,
         64,
-        "how deep a request's JSON may nest (objects and arrays); deeper: 400",
-        _number(integer=True, minimum=1),
+        "how deep a request's JSON may nest (objects and arrays); deeper: 400; at most 254, "
+        "the deepest orjson writes back (a v2 answer echoes the request's `id`)",
+        _number(integer=True, minimum=1, maximum=254),
     ),
     Flag(
         "max_request_rows",
@@ -281,7 +282,8 @@ FLAGS: tuple[Flag, ...] = (
         (),
         "`[NAME=]module:function` building a model's architecture, for version directories "
         "of [checkpoints](#versions-of-checkpoints); repeat for several models; the current "
-        "directory is importable",
+        "directory is importable, after the installed packages (a module there cannot shadow "
+        "one of theirs); importing runs the module's code as the server",
         metavar="[NAME=]MODULE:FUNCTION",
     ),
     Flag(

@@ -12,12 +12,17 @@
     inference.GRPCInferenceService/...                     KServe v2 (``_kserve_grpc``)
 
 The messages are TensorFlow Serving's own, through the generated code of
-``tensorflow-serving-api``; tensors go through ``tf.make_ndarray`` and
-``tf.make_tensor_proto``. Errors abort the call with the canonical code of
-their row in :data:`~lifecycle.server._errors.ERRORS`. Every signature of a
-version is served (``model_spec.signature_name``); ``Classify`` and ``Regress``
-run signatures of those methods on ``tf.Example`` inputs (``_examples``);
-``MultiInference`` answers ``UNIMPLEMENTED``.
+``tensorflow-serving-api``. Input tensors are decoded by ``_tensorproto``, inside
+the request's lease: the model, the signature and every input's name, rank, known
+dimensions and rows are checked first, and the values must be exactly those the
+shape holds (``tf.make_ndarray`` would pad them to any shape the request names).
+Answers are made by ``tf.make_tensor_proto``. Errors abort the call with the
+canonical code of their row in :data:`~lifecycle.server._errors.ERRORS`. Every
+signature of a version is served (``model_spec.signature_name``); ``Classify``
+and ``Regress`` run signatures of those methods on ``tf.Example`` inputs
+(``_examples``), expanded with their context only once the signature is known
+to take them and their size is within ``--max_request_bytes``;
+``MultiInference`` answers ``UNIMPLEMENTED`` without reading its input.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import (
     classification_pb2,
@@ -53,6 +57,7 @@ from ._examples import (
 )
 from ._kserve_grpc import add_inference_service
 from ._service import ModelService
+from ._tensorproto import decode_tensor_proto
 from ._tfserving import SIGNATURE, signature_def_map, status_response
 
 __all__ = ["build_grpc_server"]
@@ -63,12 +68,14 @@ def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Serve
 
     It listens on ``config.host`` and ``config.grpc_port`` with
     ``config.grpc_max_threads`` worker threads, and takes messages up to
-    ``config.max_request_bytes``. Start it once ``service`` is started (its
-    models loaded); stop it with ``server.stop(grace)``.
+    ``config.max_request_bytes``. Up to ``config.max_queued_requests`` calls
+    wait for a thread; one more is refused at once with ``RESOURCE_EXHAUSTED``.
+    Start it once ``service`` is started (its models loaded); stop it with
+    ``server.stop(grace)``.
 
     Args:
         service: The request path into the registry, shared with the REST app.
-        config: The address, thread count and request limit.
+        config: The address, thread count and request limits.
 
     Returns:
         The ``grpc.Server``, not started.
@@ -105,6 +112,9 @@ def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Serve
         # Admin calls (a reload here, KServe's repository load and unload) pass
         # the one check every transport runs: the token, and --no_admin_api.
         interceptors=[AdminInterceptor(config)],
+        # The calls running plus those queued for a thread; gRPC answers the
+        # next one RESOURCE_EXHAUSTED ("Concurrent RPC limit exceeded!").
+        maximum_concurrent_rpcs=config.grpc_max_threads + config.max_queued_requests,
     )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         _PredictionService(service), server
@@ -152,10 +162,18 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         name, version, label = _spec(request.model_spec)
         signature_name = request.model_spec.signature_name or None
         wanted = list(request.output_filter)
-        inputs = {key: _ndarray(key, proto) for key, proto in request.inputs.items()}
+        max_rows = self._service.config.max_request_rows
+        # The model, signature and input names are resolved before any value is
+        # read, and each input's header before its values: a request is refused
+        # before it costs more memory than its own bytes.
         with self._service.request(name, version, label, key) as lease:
             signature = lease.signature_named(signature_name)
             _check_outputs(wanted, [spec.name for spec in signature.outputs])
+            _check_inputs(list(request.inputs), [spec.name for spec in signature.inputs])
+            inputs = {
+                key: decode_tensor_proto(key, proto, spec=signature.input(key), max_rows=max_rows)
+                for key, proto in request.inputs.items()
+            }
             result = lease.infer(inputs, signature_name)
         response = predict_pb2.PredictResponse()
         _answer_spec(response.model_spec, request.model_spec, result.version)
@@ -226,14 +244,30 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         return response
 
     def _examples(self, request: Any, verb: str, key: str | None) -> tuple[int, dict[str, Any]]:
-        """Run a Classify or Regress request's examples: ``(version, outputs)``."""
+        """Run a Classify or Regress request's examples: ``(version, outputs)``.
+
+        The examples are expanded with their context only once the signature is
+        known to be of ``verb``'s method, and only if they fit ``--max_request_rows``
+        and ``--max_request_bytes`` (``run_examples``, ``examples_from_input``).
+        """
         name, version, label = _spec(request.model_spec)
-        serialized = examples_from_input(request.input)
+        config = self._service.config
         with self._service.request(name, version, label, key) as lease:
             signature_name = request.model_spec.signature_name or None
-            return lease.version, run_examples(lease, signature_name, verb, serialized)
+            outputs = run_examples(
+                lease,
+                signature_name,
+                verb,
+                lambda: examples_from_input(
+                    request.input,
+                    max_rows=config.max_request_rows,
+                    max_bytes=config.max_request_bytes,
+                ),
+            )
+            return lease.version, outputs
 
     def MultiInference(self, request: Any, context: grpc.ServicerContext) -> Any:
+        # Its input is never read: no example is expanded for a call that is refused.
         context.abort(
             grpc.StatusCode.UNIMPLEMENTED,
             "MultiInference is not served: send each task as its own Classify or Regress.",
@@ -247,18 +281,29 @@ def _answer_spec(spec: model_pb2.ModelSpec, asked: model_pb2.ModelSpec, version:
     spec.signature_name = asked.signature_name or SIGNATURE
 
 
-def _ndarray(name: str, proto: Any) -> np.ndarray:
-    try:
-        return tf.make_ndarray(proto)
-    except (TypeError, ValueError) as error:
-        raise BadRequestError(f"Input {name!r} is not a valid TensorProto: {error}") from None
+def _check_inputs(given: list[str], inputs: list[str]) -> None:
+    """Refuse a request whose inputs are not the signature's, before reading any of them."""
+    unknown = sorted(set(given) - set(inputs))
+    missing = [name for name in inputs if name not in given]
+    if unknown or missing:
+        raise BadRequestError(
+            f"The request's inputs {_listed(sorted(given))} do not match the model's inputs "
+            f"{inputs}: missing {missing}, unknown {_listed(unknown)}."
+        )
+
+
+def _listed(names: list[str], most: int = 10) -> str:
+    """A request's names for a message: the first few, each cut short (a request may send many)."""
+    shown = [name if len(name) <= 64 else f"{name[:61]}..." for name in names[:most]]
+    return f"{shown}" + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _check_outputs(wanted: list[str], outputs: list[str]) -> None:
     unknown = [key for key in wanted if key not in outputs]
     if unknown:
         raise BadRequestError(
-            f"output_filter names {unknown}, which the signature does not have. Outputs: {outputs}"
+            f"output_filter names {_listed(unknown)}, which the signature does not have. "
+            f"Outputs: {outputs}"
         )
 
 

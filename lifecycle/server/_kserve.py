@@ -29,7 +29,6 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -40,9 +39,12 @@ from ._auth import authorize_http as authorize
 from ._auth import http_sticky_key as sticky_key
 from ._errors import BadRequestError
 from ._http import blocking, json_response, read_body, read_json
+from ._json import dumps, loads
 from ._service import ModelService
+from ._shapes import check_shape
 from ._v2tensors import (
     check_input,
+    declared_shape,
     from_json,
     from_raw,
     output_names,
@@ -94,16 +96,13 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
                 "uncompressed."
             )
         body = await read_body(request, max_request_bytes)
-        header, binary = _split(body, request.headers.get(HEADER_LENGTH))
+        length = request.headers.get(HEADER_LENGTH)
         key = sticky_key(request, service.config)
-        answer, parts = await blocking(_infer, service, name, version, header, binary, key)
-        if not parts:
+        answer, head = await blocking(_run_infer, service, name, version, body, length, key)
+        if head is None:
             return json_response(answer)
-        head = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)
         return Response(
-            b"".join([head, *parts]),
-            media_type="application/octet-stream",
-            headers={HEADER_LENGTH: str(len(head))},
+            answer, media_type="application/octet-stream", headers={HEADER_LENGTH: str(head)}
         )
 
     async def index(request: Request) -> Response:
@@ -193,18 +192,39 @@ def _model(request: Request) -> tuple[str, int | None]:
     return request.path_params["name"], request.path_params.get("version")
 
 
-def _split(body: bytearray, length: str | None) -> tuple[Any, memoryview]:
+def _run_infer(
+    service: ModelService,
+    name: str,
+    version: int | None,
+    body: bytearray,
+    length: str | None,
+    key: str | None,
+) -> tuple[bytes, int | None]:
+    """A v2 request on a worker thread, from its body to its answer's bytes.
+
+    Returns:
+        The answer, and the length of its JSON part if binary outputs follow
+        it (``None``: all JSON). Parsing and writing go in pieces (``_json``),
+        so that the event loop, and the health checks it answers, never wait
+        long for the GIL.
+    """
+    header, binary = _split(body, length, service.config.max_json_depth)
+    answer, parts = _infer(service, name, version, header, binary, key)
+    head = dumps(answer)
+    if not parts:
+        return head, None
+    return b"".join([head, *parts]), len(head)
+
+
+def _split(body: bytearray, length: str | None, max_depth: int) -> tuple[Any, memoryview]:
     """The body's JSON part, parsed, and the binary data after it.
 
     Raises:
         BadRequestError: The header is not a byte count within the body, or the
-            JSON part is not UTF-8 JSON.
+            JSON part is not UTF-8 JSON, or nests deeper than ``max_depth``.
     """
     if length is None:
-        try:
-            return orjson.loads(body), memoryview(b"")
-        except orjson.JSONDecodeError as error:
-            raise BadRequestError(f"The request body is not valid JSON: {error}") from None
+        return loads(body, max_depth, "The request body", numbers=True), memoryview(b"")
     if not length.strip().isdigit():
         raise BadRequestError(
             f"{HEADER_LENGTH} must be the byte length of the body's JSON part. Received: {length!r}"
@@ -215,20 +235,15 @@ def _split(body: bytearray, length: str | None) -> tuple[Any, memoryview]:
             f"{HEADER_LENGTH} is {size}, beyond the body's end: the body has {len(body)} bytes."
         )
     view = memoryview(body)
+    what = f"The body's JSON part (its first {size} bytes, as {HEADER_LENGTH} says)"
     try:
-        return orjson.loads(view[:size]), view[size:]
-    except orjson.JSONDecodeError as error:
+        return loads(view[:size], max_depth, what, numbers=True), view[size:]
+    except BadRequestError:
         try:
             bytes(view[:size]).decode("utf-8")
         except UnicodeDecodeError as bad:
-            raise BadRequestError(
-                f"The body's JSON part (its first {size} bytes, as {HEADER_LENGTH} says) is "
-                f"not valid UTF-8: {bad}"
-            ) from None
-        raise BadRequestError(
-            f"The body's JSON part (its first {size} bytes, as {HEADER_LENGTH} says) is not "
-            f"valid JSON: {error}"
-        ) from None
+            raise BadRequestError(f"{what} is not valid UTF-8: {bad}") from None
+        raise
 
 
 def _infer(
@@ -245,12 +260,16 @@ def _infer(
     items = body["inputs"]
     raw = _binary_inputs(items, binary)
     requested, binary_outputs = _requested_outputs(body)
+    max_rows = service.config.max_request_rows
     with service.request(name, version, key=key) as lease:
         inputs: dict[str, Any] = {}
         for index, item in enumerate(items):
             spec = check_input(lease.signature, item["name"], item["datatype"], inputs)
+            # The declared shape alone, before any value is read.
+            shape = declared_shape(spec.name, item["shape"])
+            check_shape(spec.name, shape, spec, max_rows)
             if index in raw:
-                inputs[spec.name] = from_raw(spec.name, item["datatype"], item["shape"], raw[index])
+                inputs[spec.name] = from_raw(spec.name, item["datatype"], shape, raw[index])
             else:
                 inputs[spec.name] = from_json(item)
         names = output_names(requested, [spec.name for spec in lease.signature.outputs])

@@ -14,11 +14,14 @@ as ``raw_input_contents`` (tritonclient's default) or typed ``contents``, and
 answers every output in ``raw_output_contents``, as Triton does: that is what
 tritonclient's ``InferResult.as_numpy`` reads for every datatype. A request
 resolves its version once (:meth:`ModelService.request`) and decodes against
-that version's signature. Errors abort the call with the code of their row in
-:data:`~lifecycle.server._errors.ERRORS`; the admin calls' credentials are
-checked before a method runs, by the server's interceptor (``_auth``). Other
-methods of the service (streaming, statistics, shared memory, trace and log
-settings, model configuration) answer ``UNIMPLEMENTED``.
+that version's signature: each input's name, datatype and declared shape (rank,
+known dimensions, ``--max_request_rows``) are checked before its values are
+read, and the values must then be exactly those the shape holds. Errors abort
+the call with the code of their row in :data:`~lifecycle.server._errors.ERRORS`;
+the admin calls' credentials are checked before a method runs, by the server's
+interceptor (``_auth``). Other methods of the service (streaming, statistics,
+shared memory, trace and log settings, model configuration) answer
+``UNIMPLEMENTED``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ._errors import BadRequestError, grpc_answer
 from ._kserve import model_metadata, model_ready, repository_index, server_metadata
 from ._open_inference import SERVICE, message, methods
 from ._service import ModelService
+from ._shapes import check_shape
 from ._v2tensors import check_input, from_contents, from_raw, output_names, to_raw
 
 __all__ = ["add_inference_service"]
@@ -151,10 +155,13 @@ class _InferenceService:
                 "raw_input_contents: send one per input, in the order of 'inputs', or none."
             )
         requested = [output.name for output in request.outputs] or None
+        max_rows = self._service.config.max_request_rows
         with self._service.request(name, version, key=key) as lease:
             inputs: dict[str, Any] = {}
             for index, tensor in enumerate(request.inputs):
                 spec = check_input(lease.signature, tensor.name, tensor.datatype, inputs)
+                # The declared shape alone, before any value is read.
+                check_shape(spec.name, tensor.shape, spec, max_rows)
                 shape = list(tensor.shape)
                 if raw:
                     if tensor.HasField("contents"):

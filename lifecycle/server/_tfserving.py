@@ -33,7 +33,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 
 from .._core._checks import LABEL_SYNTAX
-from .._registry import ServingSignature, VersionState, VersionStatus
+from .._registry import NamedTensorSpec, ServingSignature, VersionState, VersionStatus
 from ._auth import http_sticky_key
 from ._errors import BadRequestError
 from ._examples import (
@@ -44,8 +44,10 @@ from ._examples import (
     regressions,
     run_examples,
 )
-from ._http import blocking, json_response, read_json
+from ._http import blocking, json_response, read_body
+from ._json import LazyList, as_array, dumps, loads, step_for
 from ._service import ModelService
+from ._shapes import check_shape
 
 __all__ = ["SIGNATURE", "routes", "signature_def", "signature_def_map", "status_response"]
 
@@ -92,9 +94,9 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
                 f"The verbs served are :predict, :classify and :regress; received "
                 f"{request.url.path!r}."
             )
-        body = await read_json(request, max_request_bytes)
+        body = await read_body(request, max_request_bytes)
         key = http_sticky_key(request, service.config)
-        return json_response(await blocking(_VERBS[verb], service, name, version, label, body, key))
+        return json_response(await blocking(_run, verb, service, name, version, label, body, key))
 
     return [Route("/v1/models/{path:path}", models, methods=["GET", "POST"])]
 
@@ -163,6 +165,25 @@ def _tensor_info(info: Any, spec: Any, tensor_name: str) -> None:
         info.tensor_shape.dim.add(size=-1 if size is None else size)
 
 
+def _run(
+    verb: str,
+    service: ModelService,
+    name: str,
+    version: int | None,
+    label: str | None,
+    body: bytearray,
+    key: str | None,
+) -> bytes:
+    """One verb's request, on a worker thread: the body parsed, run, the answer written.
+
+    Parsing and writing go in pieces (``_json``), so that the event loop, and
+    the health checks it answers, never wait long for the GIL.
+    """
+    config = service.config
+    parsed = loads(body, config.max_json_depth, "The request body", numbers=verb == "predict")
+    return dumps(_VERBS[verb](service, name, version, label, parsed, key))
+
+
 def _predict(
     service: ModelService,
     name: str,
@@ -180,22 +201,35 @@ def _predict(
             "'inputs' (columnar format)."
         )
     rows = "instances" in body
+    max_rows = service.config.max_request_rows
     # One version from decoding to answer: in an A/B split, the inputs are read
     # by the names of the version that runs them.
     with service.request(name, version, label, key) as lease:
-        names = [spec.name for spec in lease.signature_named(wanted).inputs]
+        specs = {spec.name: spec for spec in lease.signature_named(wanted).inputs}
         inputs = (
-            _from_rows(body["instances"], names) if rows else _from_columns(body["inputs"], names)
+            _from_rows(body["instances"], list(specs))
+            if rows
+            else _from_columns(body["inputs"], list(specs))
         )
-        inputs = {key: _decode_b64(value) for key, value in inputs.items()}
+        for key, value in inputs.items():  # before any array is made of them
+            if isinstance(value, (list, np.ndarray)):
+                check_shape(key, [len(value)], max_rows=max_rows)
+        inputs = {key: _input(specs.get(key), value) for key, value in inputs.items()}
         result = lease.infer(inputs, wanted)
     outputs = {key: _jsonable(key, value) for key, value in result.outputs.items()}
-    if rows:
-        if len(outputs) == 1:
-            return {"predictions": next(iter(outputs.values()))}
-        batch = len(next(iter(outputs.values())))
-        return {"predictions": [{k: v[i] for k, v in outputs.items()} for i in range(batch)]}
-    return {"outputs": next(iter(outputs.values())) if len(outputs) == 1 else outputs}
+    if not rows:
+        return {"outputs": next(iter(outputs.values())) if len(outputs) == 1 else outputs}
+    if len(outputs) == 1:
+        return {"predictions": next(iter(outputs.values()))}
+    arrays = result.outputs
+    batch = len(next(iter(arrays.values())))
+
+    def instances(start: int, stop: int) -> list[dict[str, Any]]:
+        columns = {k: _json_values(k, v[start:stop]) for k, v in arrays.items()}
+        return [{k: v[i] for k, v in columns.items()} for i in range(min(stop, batch) - start)]
+
+    width = sum(v[0].size if v.ndim > 1 else 1 for v in arrays.values())
+    return {"predictions": LazyList(batch, instances, step_for(width))}
 
 
 def _signature_name(body: dict[str, Any]) -> str | None:
@@ -222,9 +256,20 @@ def _examples_verb(verb: str) -> Callable[..., dict[str, Any]]:
                 f"A :{verb} request body must be an object with 'examples' (and optionally "
                 "'context' and 'signature_name')."
             )
-        serialized = examples_from_json(body["examples"], body.get("context"))
+        config = service.config
         with service.request(name, version, label, key) as lease:
-            outputs = run_examples(lease, _signature_name(body), verb, serialized)
+            # Read (and expanded with the context) only once the signature takes them.
+            outputs = run_examples(
+                lease,
+                _signature_name(body),
+                verb,
+                lambda: examples_from_json(
+                    body["examples"],
+                    body.get("context"),
+                    max_rows=config.max_request_rows,
+                    max_bytes=config.max_request_bytes,
+                ),
+            )
         if verb == CLASSIFY:
             return {"result": [[list(pair) for pair in row] for row in classifications(outputs)]}
         return {"result": regressions(outputs)}
@@ -233,19 +278,20 @@ def _examples_verb(verb: str) -> Callable[..., dict[str, Any]]:
 
 
 def _from_rows(instances: Any, names: list[str]) -> dict[str, Any]:
-    if not isinstance(instances, list) or not instances:
+    if not isinstance(instances, (list, np.ndarray)) or not len(instances):
         raise BadRequestError("'instances' must be a non-empty list, one item per example.")
-    named = [isinstance(item, dict) and not _is_b64(item) for item in instances]
-    if all(named):
-        keys = set(instances[0])
-        if any(set(item) != keys for item in instances):
-            raise BadRequestError(
-                "Every object in 'instances' must name the same inputs; "
-                f"the first names {sorted(keys)}."
-            )
-        return {key: [item[key] for item in instances] for key in keys}
-    if any(named):
-        raise BadRequestError("'instances' mixes named objects and plain values.")
+    if isinstance(instances, list):  # an array (see _json.loads) holds numbers only
+        named = [isinstance(item, dict) and not _is_b64(item) for item in instances]
+        if all(named):
+            keys = set(instances[0])
+            if any(set(item) != keys for item in instances):
+                raise BadRequestError(
+                    "Every object in 'instances' must name the same inputs; "
+                    f"the first names {sorted(keys)}."
+                )
+            return {key: [item[key] for item in instances] for key in keys}
+        if any(named):
+            raise BadRequestError("'instances' mixes named objects and plain values.")
     if len(names) != 1:
         raise BadRequestError(
             f"The model has {len(names)} inputs {names}: each instance must be an "
@@ -262,6 +308,20 @@ def _from_columns(inputs: Any, names: list[str]) -> dict[str, Any]:
             f"The model has {len(names)} inputs {names}: 'inputs' must be an object naming them."
         )
     return {names[0]: inputs}
+
+
+def _input(spec: NamedTensorSpec | None, value: Any) -> Any:
+    """An input's JSON value as the model takes it: numbers as one array, b64 as bytes.
+
+    Rows of numbers become an array of the input's dtype a block of rows at a
+    time (one ``np.asarray`` of them all would hold the GIL throughout).
+    Anything else goes on as JSON gave it, for the signature's check.
+    """
+    if spec is not None and spec.dtype != "string":
+        array = as_array(value, np.dtype(tf.as_dtype(spec.dtype).as_numpy_dtype))
+        if array is not None:
+            return array
+    return value if isinstance(value, np.ndarray) else _decode_b64(value)
 
 
 def _is_b64(value: Any) -> bool:
@@ -286,7 +346,18 @@ def _decode_b64(value: Any) -> Any:
 
 
 def _jsonable(name: str, array: np.ndarray) -> Any:
-    """An output as JSON: numbers as they are, strings as text, ``*_bytes`` as b64."""
+    """An output as JSON (see :func:`_json_values`), written a block of rows at a time."""
+    if not array.ndim:
+        return _json_values(name, array)
+    return LazyList(
+        len(array),
+        lambda start, stop: _json_values(name, array[start:stop]),
+        step_for(array[0].size),
+    )
+
+
+def _json_values(name: str, array: np.ndarray) -> Any:
+    """Values of an output as JSON: numbers as they are, strings as text, ``*_bytes`` as b64."""
     if array.dtype.kind not in "OSU":
         return array.tolist()
 

@@ -26,11 +26,13 @@ import tensorflow as tf
 
 from .._registry import NamedTensorSpec, ServingSignature
 from ._errors import BadRequestError
+from ._json import as_array
 
 __all__ = [
     "CONTENTS_FIELDS",
     "DATATYPES",
     "check_input",
+    "declared_shape",
     "from_contents",
     "from_json",
     "from_raw",
@@ -84,6 +86,17 @@ CONTENTS_FIELDS = {
 
 _LENGTH = struct.Struct("<I")
 
+# The type each typed contents field holds on the wire.
+_CONTENTS_TYPES = {
+    "bool_contents": np.dtype(bool),
+    "int_contents": np.dtype(np.int32),
+    "int64_contents": np.dtype(np.int64),
+    "uint_contents": np.dtype(np.uint32),
+    "uint64_contents": np.dtype(np.uint64),
+    "fp32_contents": np.dtype(np.float32),
+    "fp64_contents": np.dtype(np.float64),
+}
+
 
 def tensor_metadata(spec: NamedTensorSpec) -> dict[str, Any]:
     """A signature's tensor as the protocol's metadata shows it (-1 for any size)."""
@@ -135,6 +148,15 @@ def output_names(requested: Sequence[str] | None, outputs: Sequence[str]) -> lis
     return list(requested)
 
 
+def declared_shape(name: str, shape: Any) -> list[int]:
+    """A v2 input's ``shape`` as the request gives it, if it is a list of sizes.
+
+    Raises:
+        BadRequestError: ``shape`` is not a list of ints >= 0.
+    """
+    return _shape(name, shape)
+
+
 def _shape(name: str, shape: Any) -> list[int]:
     if not isinstance(shape, (list, tuple)) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
@@ -157,8 +179,10 @@ def _fits(name: str, values: int, shape: list[int]) -> None:
 def from_json(item: Mapping[str, Any]) -> np.ndarray:
     """A v2 JSON input (``name``, ``shape``, ``datatype``, ``data``) as an array.
 
-    BYTES values are UTF-8 encoded; numbers stay as JSON gave them (the
-    signature converts them to the input's dtype).
+    BYTES values are UTF-8 encoded; numbers are read a block at a time
+    (``_json.as_array``) into the datatype's array when they are numbers of
+    one kind, else as JSON gave them (the signature then says what is wrong).
+    ``data`` may be an array already (``_json.loads`` with ``numbers``).
 
     Raises:
         BadRequestError: The shape is not a list of sizes, or the values do not fill it.
@@ -166,11 +190,18 @@ def from_json(item: Mapping[str, Any]) -> np.ndarray:
     name = item["name"]
     shape = _shape(name, item["shape"])
     data = item["data"]
+    if isinstance(data, (list, np.ndarray)) and len(data) > max(_count(shape), *shape[:1], 1):
+        # More values than the shape holds, flat or nested: refused unconverted.
+        raise BadRequestError(
+            f"Input {name!r}: 'data' has {len(data)} items, more than its shape {shape} holds "
+            f"({_count(shape)})."
+        )
     if item["datatype"] == "BYTES":
         flat = np.asarray(data, dtype=object).reshape(-1)
         flat = np.array([v.encode() if isinstance(v, str) else v for v in flat], dtype=object)
     else:
-        flat = np.asarray(data).reshape(-1)
+        numbers = as_array(data, _NUMPY.get(item["datatype"]))
+        flat = (np.asarray(data) if numbers is None else numbers).reshape(-1)
     _fits(name, flat.size, shape)
     return flat.reshape(shape)
 
@@ -249,11 +280,21 @@ def from_contents(name: str, datatype: str, shape: Any, contents: Any) -> np.nda
         )
     values = getattr(contents, field)
     _fits(name, len(values), shape)
+    # Filled as it is read (no list of Python objects in between); numbers as
+    # their field's own type, then a narrower datatype's values range-checked.
     if datatype == "BYTES":
-        flat = np.empty(len(values), dtype=object)
-        flat[:] = list(values)
-        return flat.reshape(shape)
-    return np.asarray(values, dtype=_NUMPY[datatype]).reshape(shape)
+        return np.fromiter(values, dtype=object, count=len(values)).reshape(shape)
+    wire = _CONTENTS_TYPES[field]
+    flat = np.fromiter(values, dtype=wire, count=len(values))
+    target = _NUMPY[datatype]
+    if target.itemsize < wire.itemsize and flat.size:
+        info = np.iinfo(target)
+        if flat.min() < info.min or flat.max() > info.max:
+            raise BadRequestError(
+                f"Input {name!r}: {datatype} values run from {info.min} to {info.max}; "
+                f"{field} sends {int(flat.min())} to {int(flat.max())}."
+            )
+    return flat.astype(target, copy=False).reshape(shape)
 
 
 def _datatype(array: np.ndarray) -> str:
