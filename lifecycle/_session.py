@@ -30,7 +30,7 @@ from ._core import (
     check_optional_int,
     check_timeout,
 )
-from .errors import DisposeInProgressError, DrainTimeoutError, LifecycleError
+from .errors import ClosedError, DisposeInProgressError, DrainTimeoutError, LifecycleError
 
 __all__ = [
     "DEFAULT_IDLE_COLLECTION",
@@ -113,13 +113,13 @@ def collect() -> None:
     """What a cleaner runs: ``gc.collect()``, then TensorFlow's eager kernel cache when due.
 
     The kernel cache holds a kernel for every op and traced function that ran,
-    those of disposed models included (about 35 KiB per buffer they held,
-    0.1-0.7 MiB per model), until it is cleared; the next call of each live
-    function then re-creates its kernel (about 6 ms for a served MLP), and the
-    next dispose of a live model one release kernel per distinct variable
-    shape (about 1 ms each). So the cache is cleared only once managed models
-    released at least ``KERNEL_CACHE.statistics().threshold`` buffers (32)
-    since the last clear, process-wide: a collection raised by allocations
+    those of disposed models included, until it is cleared; the next call of
+    each live function then re-creates its kernel, and the next dispose of a
+    live model one release kernel per distinct variable shape (the sizes and
+    costs are in ``docs/sessions.md#byte-pressure``). So the cache is cleared
+    only once managed models released at least
+    ``KERNEL_CACHE.statistics().threshold`` buffers (32) since the last
+    clear, process-wide: a collection raised by allocations
     alone keeps the kernels of the models just built, and one that follows
     disposals frees what they left. ``keras.backend.clear_session()`` clears
     the cache regardless.
@@ -333,7 +333,7 @@ class LifecycleSession:
 
     def __enter__(self) -> LifecycleSession:
         if self._state is not SessionState.OPEN:
-            raise LifecycleError(
+            raise ClosedError(
                 f"LifecycleSession {self.name!r} is {self._state.value} and cannot be "
                 "entered again; create a new session."
             )
@@ -373,7 +373,7 @@ class LifecycleSession:
         another thread opened.
 
         Raises:
-            LifecycleError: The session is closing or closed.
+            ClosedError: The session is closing or closed.
 
         Example:
             >>> import threading, lifecycle as lc
@@ -384,7 +384,7 @@ class LifecycleSession:
             ...     threading.Thread(target=work).start()
         """
         if self._state is not SessionState.OPEN:
-            raise LifecycleError(
+            raise ClosedError(
                 f"LifecycleSession {self.name!r} is {self._state.value} and cannot be "
                 "activated; create a new session."
             )
@@ -438,11 +438,11 @@ class LifecycleSession:
         """Take ownership of a model's record.
 
         Raises:
-            LifecycleError: The session is closing or closed.
+            ClosedError: The session is closing or closed.
         """
         with self._lock:
             if self._state is not SessionState.OPEN:
-                raise LifecycleError(
+                raise ClosedError(
                     f"LifecycleSession {self.name!r} is {self._state.value}: it cannot own "
                     f"the new model {record.describe()}. Create models inside an open "
                     "session (or outside any, in the default session)."
@@ -482,7 +482,7 @@ class LifecycleSession:
 
         Raises:
             TypeError: An object is none of the kinds above.
-            LifecycleError: The session is closing or closed.
+            ClosedError: The session is closing or closed.
 
         Example:
             >>> import keras, numpy as np, lifecycle as lc
@@ -497,7 +497,7 @@ class LifecycleSession:
         objects = (obj, *others)
         with self._lock:
             if self._state is not SessionState.OPEN:
-                raise LifecycleError(
+                raise ClosedError(
                     f"LifecycleSession {self.name!r} is {self._state.value}: what it owned "
                     "is already released, so nothing can be handed out of it. Hand objects "
                     "out before the session closes."
@@ -549,9 +549,10 @@ class LifecycleSession:
     def _adopt_child(self, child: LifecycleSession) -> None:
         with self._lock:
             if self._state is not SessionState.OPEN:
-                raise LifecycleError(
+                raise ClosedError(
                     f"LifecycleSession {self.name!r} is {self._state.value}: it cannot "
-                    f"own the new session {child.name!r}."
+                    f"own the new session {child.name!r}. Open the new session inside an "
+                    "open one (or outside any)."
                 )
             self._children[id(child)] = child
 

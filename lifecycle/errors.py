@@ -6,10 +6,14 @@ Library-specific failures raise one of the exceptions below. Each derives from
 Arguments of the wrong type or out of range (a negative timeout, a threshold that
 is not an int) raise the plain built-in ``ValueError`` or ``TypeError``, as
 Python's own functions do, not a :class:`LifecycleError`; only ``manage()`` of
-something it cannot manage has its own :class:`NotAModelError`::
+something it cannot manage has its own :class:`NotAModelError`. Every closed
+thing — a closed session or registry, a returned lease, a closed checkpoint
+keeper, a disposed model or object — raises :class:`ClosedError` when used, so
+one ``except ClosedError`` catches them all::
 
     LifecycleError(Exception)
-    ├── DisposedError(RuntimeError)           use of a model (or its closed session's) after dispose
+    ├── ClosedError(RuntimeError)             used after it was closed, disposed or returned
+    │   └── DisposedError                     a model (or a closed session's model) after dispose
     ├── DisposeInProgressError(RuntimeError)  dispose() from inside the model's own call
     ├── DrainTimeoutError(TimeoutError)       calls in flight did not finish in time
     ├── NotAModelError(TypeError)             manage() of neither a model, a module nor an optimizer
@@ -28,6 +32,7 @@ from __future__ import annotations
 __all__ = [
     "BudgetExceededError",
     "CheckpointError",
+    "ClosedError",
     "CompatibilityError",
     "CoordinationError",
     "DisposeInProgressError",
@@ -46,11 +51,25 @@ class LifecycleError(Exception):
     """Root of the library-specific exceptions (bad arguments raise plain built-ins)."""
 
 
-class DisposedError(LifecycleError, RuntimeError):
+class ClosedError(LifecycleError, RuntimeError):
+    """Something was used after it was closed, disposed or returned.
+
+    One error for every closed thing, whatever closed it: a
+    :class:`~lifecycle.LifecycleSession` that is closing or closed, a closed
+    :class:`~lifecycle.ModelRegistry`, a :class:`~lifecycle.ServingLease` used
+    after its ``with`` block, a closed :class:`~lifecycle.CheckpointKeeper`, and
+    (as its subclass :class:`DisposedError`) a disposed model or object. The
+    message names what was closed and what to use instead; a closed thing is
+    never reopened.
+    """
+
+
+class DisposedError(ClosedError):
     """A disposed model was used: its buffers are gone.
 
     Raised by every entry point (``model(x)``, ``fit``, ``predict``, ``save``, ...)
-    of a managed model once ``dispose()`` has started.
+    of a managed model once ``dispose()`` has started, by a managed object's
+    attributes after its dispose, and by a plain model whose session closed.
     """
 
 

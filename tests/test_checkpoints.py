@@ -344,7 +344,7 @@ def test_keeper_refuses_work_after_dispose(tmp_path):
     keeper = model.checkpoints(tmp_path)
     keeper.save()
     model.dispose()
-    with pytest.raises(lc.CheckpointError, match="closed"):
+    with pytest.raises(lc.ClosedError, match=r"keeper of .* is closed"):
         keeper.save()
     with pytest.raises(lc.DisposedError):
         model.checkpoints(tmp_path)
@@ -373,7 +373,7 @@ def test_open_keepers_are_counted_on_the_record_until_closed_or_disposed(tmp_pat
     assert model.statistics().checkpoint_keepers == 1
     model.dispose()
     assert model.statistics().checkpoint_keepers == 0
-    with pytest.raises(lc.CheckpointError, match="closed"):
+    with pytest.raises(lc.ClosedError, match=r"keeper of .* is closed"):
         second.save()
 
 

@@ -442,7 +442,7 @@ def test_close_unloads_everything_and_refuses_requests():
     registry.close()
     registry.close()
     assert model.state is lc.ModelState.DISPOSED and registry.status() == ()
-    with pytest.raises(lc.LifecycleError, match="is closed"):
+    with pytest.raises(lc.ClosedError, match="is closed"):
         registry.predict("risk", X)
 
 

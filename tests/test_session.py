@@ -348,11 +348,11 @@ def test_a_closed_session_owns_nothing_new_and_cannot_be_reentered():
     session = lc.LifecycleSession()
     with session:
         pass
-    with pytest.raises(lc.LifecycleError, match="is closed: it cannot own the new model"):
+    with pytest.raises(lc.ClosedError, match="is closed: it cannot own the new model"):
         lc.manage(keras.Sequential([keras.layers.Dense(1)]), session=session)
-    with pytest.raises(lc.LifecycleError, match="cannot be entered again"), session:
+    with pytest.raises(lc.ClosedError, match="cannot be entered again"), session:
         pass
-    with pytest.raises(lc.LifecycleError, match="cannot own the new session"):
+    with pytest.raises(lc.ClosedError, match="cannot own the new session"):
         lc.LifecycleSession(parent=session)
 
 
@@ -652,7 +652,7 @@ def test_activate_shares_an_open_session_with_worker_threads():
         assert [m.session for m in made] == [shared, shared]
         assert shared.statistics().models == 2
     assert all(m.state is lc.ModelState.DISPOSED for m in made)
-    with pytest.raises(lc.LifecycleError, match="cannot be activated"), shared.activate():
+    with pytest.raises(lc.ClosedError, match="cannot be activated"), shared.activate():
         pass
 
 

@@ -117,7 +117,7 @@ def test_hand_out_refuses_what_it_cannot_own_and_a_closed_session():
         pytest.raises(TypeError, match=r"Expected a keras\.Model.*Received: builtins\.str"),
     ):
         session.hand_out("model")
-    with pytest.raises(lc.LifecycleError, match="closed: what it owned is already released"):
+    with pytest.raises(lc.ClosedError, match="closed: what it owned is already released"):
         session.hand_out(keras.Variable(1.0))
 
 

@@ -29,7 +29,7 @@ from .. import _tf
 from .._core import ModelState, check_optional_int
 from .._disposal import disposed_error, held
 from .._tf import checkpoint_retention as retention
-from ..errors import CheckpointError, CompatibilityError
+from ..errors import CheckpointError, ClosedError, CompatibilityError
 from ._restore import checkpoint_items, restore_checkpoint
 
 if TYPE_CHECKING:
@@ -135,8 +135,14 @@ class CheckpointKeeper:
 
     @property
     def step(self) -> int:
-        """The step counter saved with each checkpoint."""
-        return int(self._step.numpy())
+        """The step counter saved with each checkpoint.
+
+        Raises:
+            ClosedError: The keeper is closed: the counter was released with it.
+        """
+        with self._lock:  # close() releases the counter under the same lock
+            self._require_model()
+            return int(self._step.numpy())
 
     @property
     def latest(self) -> str | None:
@@ -167,7 +173,7 @@ class CheckpointKeeper:
             waits for it.
 
         Raises:
-            DisposedError: The model was disposed.
+            ClosedError: The keeper is closed (:meth:`close`, or its model's dispose).
             ValueError: ``step`` is not an int >= 0.
             CheckpointError: ``<directory>/ckpt-<step>`` exists already, or
                 another keeper is saving to the directory (the message names
@@ -226,7 +232,7 @@ class CheckpointKeeper:
             The prefixes adopted now, oldest first.
 
         Raises:
-            DisposedError: The model was disposed.
+            ClosedError: The keeper is closed (:meth:`close`, or its model's dispose).
             CheckpointError: Another keeper is saving to the directory (the
                 message names its process).
 
@@ -289,7 +295,7 @@ class CheckpointKeeper:
                 files, a mismatch, or a model that is not built yet; the model
                 is unchanged.
             CompatibilityError: An internal the checks rely on has moved.
-            DisposedError: The model was disposed.
+            ClosedError: The keeper is closed (:meth:`close`, or its model's dispose).
         """
         with self._using("restore()"), self._lock:
             self.sync()
@@ -439,10 +445,10 @@ class CheckpointKeeper:
 
     def _require_model(self) -> keras.Model:
         if self._model is None:
-            raise CheckpointError(
+            raise ClosedError(
                 f"This checkpoint keeper of {self.directory!r} is closed (its model was "
-                "disposed or close() was called). Get a new one from model.checkpoints().",
-                path=self.directory,
+                "disposed or close() was called). Open a new one with model.checkpoints() on a "
+                "live model."
             )
         return self._model
 

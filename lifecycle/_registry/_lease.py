@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from .._tf import SERVING_SIGNATURE
+from ..errors import ClosedError
 from ._signature import Inference, ServingSignature
 from ._versions import LoadedVersion
 
@@ -27,7 +28,7 @@ class ServingLease:
     """A version of a model held for one request (see :meth:`ModelRegistry.serving`).
 
     Valid only inside its ``with`` block: afterwards the version may be
-    disposed, and :meth:`infer` raises.
+    disposed, and :meth:`infer` raises :class:`~lifecycle.errors.ClosedError`.
 
     Attributes:
         name: The model.
@@ -80,14 +81,14 @@ class ServingLease:
             The named outputs as NumPy arrays, and the version that computed them.
 
         Raises:
-            RuntimeError: The lease was returned (used after its ``with`` block).
+            ClosedError: The lease was returned (used after its ``with`` block).
             ValueError: No such signature; an input is missing, unknown, or of
                 the wrong shape.
             TypeError: ``inputs`` is not a mapping, or a value does not convert
                 to its input's dtype.
         """
         if not self._held:
-            raise RuntimeError(
+            raise ClosedError(
                 f"This lease of {self.name!r} version {self.version} was returned when its "
                 "`with registry.serving(...)` block ended; take a new one to run a request."
             )

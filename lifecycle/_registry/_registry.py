@@ -96,16 +96,16 @@ class ModelRegistry:
             ``.keras`` archive's weights on disk, or ``estimated_bytes``; a
             factory of unknown size loads in the background. The background
             protects requests' latency from large loads, but holds a small
-            model back for seconds (a 6.8 MiB SavedModel: 0.3-3.8 s under load
-            instead of 0.1-0.5 s), and the profile hook alone doubles the
-            time of a load's Python work. ``0`` (default): every load runs in
-            the background. ``lifecycle serve`` uses 40 MiB (Keras's
+            model back, for seconds under load, and the profile hook alone
+            slows a load's Python work (``benchmarks/first_response.py``,
+            ``docs/benchmarks.md#swap-to-first-response``). ``0`` (default):
+            every load runs in the background. ``lifecycle serve`` uses 40 MiB (Keras's
             ``model.export()`` writes each variable twice: 20 MiB of weights).
         freeze_heap: On creation, collect once and ``gc.freeze()`` every
             surviving object (imports, warm-up), so that each collection after a
-            swap only scans objects created since: about 20 ms instead of 170 ms
-            with TensorFlow and Keras imported (measured). Process-wide; create
-            the registry before the models it serves.
+            swap only scans objects created since, not all of TensorFlow's and
+            Keras's (``docs/registry.md``, a serving process). Process-wide;
+            create the registry before the models it serves.
 
     Raises:
         ValueError: An option is out of range.
@@ -899,7 +899,8 @@ class ModelRegistry:
     def close(self) -> None:
         """Unload every version (waiting for leases up to ``drain_timeout``) and close.
 
-        Safe to call twice.
+        Safe to call twice. Afterwards loads, leases and requests raise
+        :class:`~lifecycle.errors.ClosedError`.
         """
         self._watcher.halt_all()  # outside the lock: a scan in progress needs it
         with self._administering():

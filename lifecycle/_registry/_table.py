@@ -14,7 +14,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from .._core import Resident, check_key, check_version, check_weights, pick
-from ..errors import LifecycleError, UnavailableError, UnknownModelError
+from ..errors import ClosedError, UnavailableError, UnknownModelError
 from ._status import VersionState, VersionStatus
 from ._versions import LoadedVersion, ModelEntry
 
@@ -43,9 +43,12 @@ class VersionTable:
     # -- lookups -----------------------------------------------------------------
 
     def check_open(self) -> None:
-        """Raise :class:`LifecycleError` once the registry is closed."""
+        """Raise :class:`ClosedError` once the registry is closed."""
         if self.closed:
-            raise LifecycleError(f"ModelRegistry {self.registry!r} is closed.")
+            raise ClosedError(
+                f"ModelRegistry {self.registry!r} is closed: its versions were unloaded. "
+                "Create a new ModelRegistry to load and serve models."
+            )
 
     def entry(self, name: str) -> ModelEntry:
         """The entry of ``name``, or :class:`UnknownModelError`."""
