@@ -7,7 +7,7 @@ variant is a fresh child:
 
     pool          TensorFlow's defaults: oneDNN on, its pooling CPU allocator
     system        ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``: every block from glibc
-    system-tuned  as ``system``, and ``lc.tune_allocator()``
+    system-tuned  as ``system``, and ``lc.tuning.tune_allocator()``
     lc-system     ``LIFECYCLE_ALLOCATOR=system``: as ``system``, glibc kept from
                   mapping and unmapping large blocks on every step
     nodnn         ``TF_ENABLE_ONEDNN_OPTS=0``: neither oneDNN's kernels nor allocator
@@ -137,7 +137,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     import lifecycle as lc  # before TensorFlow: it reads LIFECYCLE_ALLOCATOR
 
     if variant == "system-tuned":
-        lc.tune_allocator()
+        lc.tuning.tune_allocator()
     allocator = lc.statistics(count_graphs=False).cpu_allocator
     lib = libc()
     before = mallinfo(lib)
@@ -159,7 +159,7 @@ BENCHMARK = _harness.Benchmark(
     variants={
         "pool": "defaults (oneDNN on, its pooling CPU allocator)",
         "system": f"{SYSTEM_ALLOCATOR}=1 (glibc's malloc/free)",
-        "system-tuned": f"{SYSTEM_ALLOCATOR}=1, lc.tune_allocator()",
+        "system-tuned": f"{SYSTEM_ALLOCATOR}=1, lc.tuning.tune_allocator()",
         "lc-system": f"{LIFECYCLE_ALLOCATOR}=system (one arena, no per-block mappings)",
         "nodnn": f"{NO_ONEDNN}=0 (TensorFlow's own kernels and allocator)",
     },

@@ -10,7 +10,7 @@ failed request. Variants:
     swaps       as registry, while the main thread swaps versions continuously:
                 ``load(v + 1)``, ``promote(v + 1)``, ``unload(v)`` (no wait), for
                 ``--seconds`` and at least ``--min-swaps`` times
-    tuned       as swaps, after ``lc.tune_allocator()``
+    tuned       as swaps, after ``lc.tuning.tune_allocator()``
     frozen      as tuned, ``ModelRegistry(freeze_heap=True)``
     background  as frozen, ``loader_nice=19, loader_gil_share=0.5``
 
@@ -125,7 +125,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     import lifecycle as lc
 
     if variant in TUNED:
-        lc.tune_allocator()
+        lc.tuning.tune_allocator()
     request = tf.constant(np.random.default_rng(0).standard_normal((1, INPUT_DIM), "float32"))
     sampler = load.RssSampler()
     registry = None
@@ -228,7 +228,7 @@ BENCHMARK = _harness.Benchmark(
         "direct": "tf.function",
         "registry": "registry.predict()",
         "swaps": "registry.predict() + swaps",
-        "tuned": "swaps + lc.tune_allocator()",
+        "tuned": "swaps + lc.tuning.tune_allocator()",
         "frozen": "swaps + tuned + freeze_heap=True",
         "background": "swaps + tuned + frozen + background loads",
     },

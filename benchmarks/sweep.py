@@ -9,7 +9,7 @@ child process, once per way of dropping:
     managed     ``lc.manage()`` on both, then ``dispose()`` on both (the defaults:
                 the background cleaner trims the heap once enough was released)
     notrim      as managed, in a ``LifecycleSession(trim_threshold=None)``
-    tuned       as managed, after ``lc.tune_allocator()``
+    tuned       as managed, after ``lc.tuning.tune_allocator()``
     nodnn, plain-nodnn, notrim-nodnn
                 with ``TF_ENABLE_ONEDNN_OPTS=0`` (no oneDNN kernels or allocator)
     sysalloc, plain-sysalloc
@@ -235,7 +235,7 @@ def measure(variant: str, args: argparse.Namespace) -> dict[str, Any]:
     from lifecycle import _tf
 
     if variant == "tuned":
-        lc.tune_allocator()
+        lc.tuning.tune_allocator()
     lib = libc()
     session = None
     if base_variant(variant) == "notrim":
@@ -290,7 +290,7 @@ BENCHMARK = _harness.Benchmark(
         "plain": "del + clear_session() + gc.collect()",
         "managed": "dispose() (defaults)",
         "notrim": "managed, trim_threshold=None",
-        "tuned": "managed + lc.tune_allocator()",
+        "tuned": "managed + lc.tuning.tune_allocator()",
         "plain-nodnn": f"plain, {NO_ONEDNN}=0",
         "nodnn": f"managed, {NO_ONEDNN}=0",
         "notrim-nodnn": f"notrim, {NO_ONEDNN}=0",

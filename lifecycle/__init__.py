@@ -9,8 +9,7 @@ does ``import lifecycle`` import ``ManagedModel``, which registers it with Keras
 
 The everyday names are here. Tuning names (the CPU allocator, default
 thresholds and timeouts) are in :mod:`lifecycle.tuning`; introspection names
-(the self-check, per-object statistics) in :mod:`lifecycle.introspection`. Both
-are still importable from here under their old names.
+(the self-check, per-object statistics) in :mod:`lifecycle.introspection`.
 
 In IPython and Jupyter, ``%load_ext lifecycle`` disposes, after each cell, the
 models the notebook no longer refers to (:mod:`lifecycle.integrations.ipython`).
@@ -32,7 +31,7 @@ _allocator.apply_from_environment(tensorflow_allocated=_allocated)
 
 if "keras" in _sys.modules:
     # Keras (and TensorFlow) came first: register ManagedModel with Keras now,
-    # so that keras.models.load_model() finds it in a saved file (about 30 ms).
+    # so that keras.models.load_model() finds it in a saved file.
     from . import _model as _model
 
 if _typing.TYPE_CHECKING:
@@ -70,6 +69,7 @@ if _typing.TYPE_CHECKING:
     from ._session import current_session as current_session
     from .errors import BudgetExceededError as BudgetExceededError
     from .errors import CheckpointError as CheckpointError
+    from .errors import ClosedError as ClosedError
     from .errors import CompatibilityError as CompatibilityError
     from .errors import CoordinationError as CoordinationError
     from .errors import DisposedError as DisposedError
@@ -81,26 +81,11 @@ if _typing.TYPE_CHECKING:
     from .errors import QueueFullError as QueueFullError
     from .errors import UnavailableError as UnavailableError
     from .errors import UnknownModelError as UnknownModelError
-    from .introspection import BatchingStatistics as BatchingStatistics
-    from .introspection import CleanerStatistics as CleanerStatistics
-    from .introspection import CompatibilityReport as CompatibilityReport
-    from .introspection import DeviceRelease as DeviceRelease
-    from .introspection import ModelStatistics as ModelStatistics
-    from .introspection import RegistryStatistics as RegistryStatistics
-    from .introspection import SessionStatistics as SessionStatistics
-    from .introspection import check_compatibility as check_compatibility
     from .monitoring import LeakReport as LeakReport
     from .monitoring import Statistics as Statistics
     from .monitoring import check_disposed as check_disposed
     from .monitoring import find_leaks as find_leaks
     from .monitoring import statistics as statistics
-    from .tuning import DEFAULT_DISPOSE_TIMEOUT as DEFAULT_DISPOSE_TIMEOUT
-    from .tuning import DEFAULT_PRESSURE_THRESHOLD as DEFAULT_PRESSURE_THRESHOLD
-    from .tuning import DEFAULT_TRIM_THRESHOLD as DEFAULT_TRIM_THRESHOLD
-    from .tuning import AllocatorChoice as AllocatorChoice
-    from .tuning import AllocatorSettings as AllocatorSettings
-    from .tuning import allocator_choice as allocator_choice
-    from .tuning import tune_allocator as tune_allocator
 
 __version__ = "0.1.0"
 
@@ -110,6 +95,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointKeeper",
     "CleanupStrategy",
+    "ClosedError",
     "CompatibilityError",
     "CoordinationError",
     "DisposeInProgressError",
@@ -150,8 +136,6 @@ __all__ = [
 ]
 
 from . import errors as _errors  # noqa: E402 (after the allocator is chosen)
-from . import introspection as _introspection  # noqa: E402
-from . import tuning as _tuning  # noqa: E402
 
 # Where each name lives, imported on first use; the TYPE_CHECKING imports above
 # say the same for type checkers (tests/test_exports.py keeps the two equal).
@@ -179,10 +163,6 @@ _EVERYDAY = {
     ".errors": tuple(_errors.__all__),
     ".monitoring": ("LeakReport", "Statistics", "check_disposed", "find_leaks", "statistics"),
 }
-# The names that moved to lifecycle.tuning and lifecycle.introspection, still
-# importable here under their old names (not in __all__). Neither module imports
-# TensorFlow: their names, too, are imported on first use.
-_MOVED = {".introspection": tuple(_introspection.__all__), ".tuning": tuple(_tuning.__all__)}
 _SUBPACKAGES = (
     "distribute",
     "errors",
@@ -195,7 +175,7 @@ _SUBPACKAGES = (
 
 _getattr, __dir__ = _attach(
     __name__,
-    {**_EVERYDAY, **_MOVED},
+    _EVERYDAY,
     _SUBPACKAGES,
     unlisted=("server",),  # needs the serve extra
 )

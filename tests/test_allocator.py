@@ -21,8 +21,8 @@ def restore_settings():
 
 
 def test_tune_allocator_sets_glibc_and_cleaners_trim(restore_settings, monkeypatch):
-    settings = lc.tune_allocator(mmap_threshold=128 * 1024)
-    assert settings == lc.AllocatorSettings(True, 128 * 1024, True)  # Linux, glibc
+    settings = lc.tuning.tune_allocator(mmap_threshold=128 * 1024)
+    assert settings == lc.tuning.AllocatorSettings(True, 128 * 1024, True)  # Linux, glibc
     trims = []
     monkeypatch.setattr(_malloc, "trim", lambda: trims.append(1) or True)
     with lc.LifecycleSession(
@@ -32,14 +32,15 @@ def test_tune_allocator_sets_glibc_and_cleaners_trim(restore_settings, monkeypat
         session.safe_point()
     assert trims, "the cleaner's collection did not trim"
 
-    assert lc.tune_allocator(mmap_threshold=None, trim_after_collect=False).mmap_threshold is None
+    untuned = lc.tuning.tune_allocator(mmap_threshold=None, trim_after_collect=False)
+    assert untuned.mmap_threshold is None
     assert not _malloc.trimming()
 
 
 def test_tune_allocator_rejects_bad_thresholds():
     for bad in (0, -1, 1.5, True, "64k"):
         with pytest.raises(ValueError, match="mmap_threshold"):
-            lc.tune_allocator(mmap_threshold=bad)
+            lc.tuning.tune_allocator(mmap_threshold=bad)
 
 
 def big_model(units=8192):
@@ -48,19 +49,19 @@ def big_model(units=8192):
 
     inputs = keras.Input((1024,))
     model = lc.ManagedModel(inputs, keras.layers.Dense(units)(inputs))
-    assert model.owned_bytes >= lc.DEFAULT_TRIM_THRESHOLD
+    assert model.owned_bytes >= lc.tuning.DEFAULT_TRIM_THRESHOLD
     return model
 
 
 def test_a_large_dispose_trims_by_default_on_the_cleaner_thread():
     with lc.LifecycleSession() as session:
-        assert session.trim_threshold == lc.DEFAULT_TRIM_THRESHOLD
+        assert session.trim_threshold == lc.tuning.DEFAULT_TRIM_THRESHOLD
         big_model().dispose()
         assert session.cleaner.wait_idle(30)
         stats = session.cleaner.statistics()
         # Well under the pressure threshold: a trim without a collection.
         assert (stats.trims, stats.collections) == (1, 0)
-    assert lc.current_session().cleaner.trim_threshold == lc.DEFAULT_TRIM_THRESHOLD
+    assert lc.current_session().cleaner.trim_threshold == lc.tuning.DEFAULT_TRIM_THRESHOLD
 
 
 @pytest.mark.parametrize("collect", [None, True, False])
@@ -108,7 +109,7 @@ def build():
     return lc.ManagedModel(inputs, x)
 
 
-threshold = lc.DEFAULT_TRIM_THRESHOLD if sys.argv[1] == "on" else None
+threshold = lc.tuning.DEFAULT_TRIM_THRESHOLD if sys.argv[1] == "on" else None
 with lc.LifecycleSession(trim_threshold=threshold) as session:
     build().dispose(collect=True)
     session.cleaner.wait_idle(60)
@@ -212,7 +213,7 @@ def test_a_choice_after_tensorflow_started_changes_nothing_and_says_why(monkeypa
     choice = _allocator.use_allocator("system", environ=environ)
     assert not choice.applied and environ == {}
     assert "TensorFlow has allocated already" in choice.reason
-    assert lc.allocator_choice() == choice
+    assert lc.tuning.allocator_choice() == choice
     choice = _allocator.use_allocator("no-onednn", environ=environ, tensorflow_allocated=bool)
     assert not choice.applied and "reads TF_ENABLE_ONEDNN_OPTS when imported" in choice.reason
     assert environ == {}
@@ -235,7 +236,7 @@ def test_an_unknown_choice_is_refused_naming_the_choices():
 CHOICE_CHILD = """
 import json, os
 import lifecycle as lc
-choice = lc.allocator_choice()
+choice = lc.tuning.allocator_choice()
 print("RESULT", json.dumps({
     "choice": None if choice is None else [choice.name, choice.applied,
         dict(choice.tensorflow_settings), dict(choice.glibc_settings), list(choice.kept)],

@@ -31,10 +31,10 @@ from lifecycle._tf._keras import COMPILED_STATE
 
 
 def test_self_check_passes_on_the_pinned_versions():
-    report = lc.check_compatibility()
+    report = lc.introspection.check_compatibility()
     assert (report.tensorflow, report.keras) == (tf.__version__, keras.__version__)
     assert len(report.checks) == len(_compat._CHECKS)
-    assert lc.check_compatibility() is report
+    assert lc.introspection.check_compatibility() is report
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def fresh_check(monkeypatch):
 def test_a_moved_registry_fails_loudly_naming_versions(fresh_check, monkeypatch):
     monkeypatch.setattr(_purge, "registry", lambda: [])
     with pytest.raises(lc.CompatibilityError) as info:
-        lc.check_compatibility()
+        lc.introspection.check_compatibility()
     message = str(info.value)
     assert f"TensorFlow {tf.__version__} and Keras {keras.__version__}" in message
     assert "ops._gradient_registry" in message
@@ -56,7 +56,7 @@ def test_a_changed_closure_layout_fails_loudly(fresh_check, monkeypatch):
     # purge would silently match nothing: the check must catch it.
     monkeypatch.setattr(_purge, "_MAX_DEPTH", 0)
     with pytest.raises(lc.CompatibilityError, match="entry not matched to its variable"):
-        lc.check_compatibility()
+        lc.introspection.check_compatibility()
 
 
 def test_a_release_that_no_longer_frees_fails_loudly(fresh_check, monkeypatch):
@@ -64,7 +64,7 @@ def test_a_release_that_no_longer_frees_fails_loudly(fresh_check, monkeypatch):
 
     monkeypatch.setattr(_release, "is_released", lambda variable: False)
     with pytest.raises(lc.CompatibilityError, match="AssignVariableOp releases a buffer"):
-        lc.check_compatibility()
+        lc.introspection.check_compatibility()
 
 
 # --- each internal, taken away, fails loudly ----------------------------------
@@ -79,7 +79,7 @@ VERSIONS = f"TensorFlow {tf.__version__} and Keras {keras.__version__}"
 
 def fails_loudly(*fragments):
     with pytest.raises(lc.CompatibilityError) as info:
-        lc.check_compatibility()
+        lc.introspection.check_compatibility()
     message = str(info.value)
     assert VERSIONS in message
     for fragment in fragments:
@@ -301,7 +301,7 @@ def test_a_renamed_unpickling_method_still_works(fresh_check, monkeypatch):
         return self._load_pickled, args
 
     monkeypatch.setattr(KerasSaveable, "__reduce__", reduce_renamed)
-    assert lc.check_compatibility().checks
+    assert lc.introspection.check_compatibility().checks
 
 
 def test_the_failure_of_the_first_broken_check_is_reported_alone(fresh_check, monkeypatch):
@@ -336,8 +336,9 @@ def test_a_renamed_model_method_does_not_break_import(run_child):
             if "train_on_batch" in vars(cls):
                 delattr(cls, "train_on_batch")
         import lifecycle as lc
+        from lifecycle.introspection import check_compatibility
         print("imported")
-        for attempt in (lc.check_compatibility, lambda: lc.manage(keras.Sequential())):
+        for attempt in (check_compatibility, lambda: lc.manage(keras.Sequential())):
             try:
                 attempt()
             except lc.CompatibilityError as exc:
@@ -391,7 +392,9 @@ def test_internals_are_read_only_under_lifecycle_tf():
 def test_the_internals_doc_lists_every_check_by_name():
     doc = (Path(lc.__file__).parent.parent / "docs" / "internals.md").read_text()
     section = doc.split("## The self-check", 1)[1]
-    missing = [name for name in lc.check_compatibility().checks if f"`{name}`" not in section]
+    missing = [
+        name for name in lc.introspection.check_compatibility().checks if f"`{name}`" not in section
+    ]
     assert not missing, missing
 
 
@@ -407,7 +410,7 @@ def test_the_first_check_leaves_the_global_random_generators_as_it_found_them(ru
         expected = (random.random(), float(np.random.rand()))
         keras.utils.set_random_seed(7)
         import lifecycle as lc
-        lc.check_compatibility()  # the first check in this process: it builds models
+        lc.introspection.check_compatibility()  # the first check in this process: it builds models
         print("same:", (random.random(), float(np.random.rand())) == expected)
         """
     )

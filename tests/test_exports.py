@@ -21,7 +21,8 @@ SUBPACKAGES = {
     "testing",
     "tuning",
 }
-MOVED = {*tuning.__all__, *introspection.__all__}
+# The sub-namespaces' own names: reached through them only, never from the top.
+SUB_NAMESPACED = {*tuning.__all__, *introspection.__all__}
 
 
 def type_checking_imports(module: types.ModuleType) -> dict[str, str]:
@@ -46,23 +47,23 @@ def test_all_is_complete_without_duplicates():
     # ruff's RUF022 keeps __all__ sorted; this checks it lists exactly the public names.
     for module in (lc, tuning, introspection):
         assert len(module.__all__) == len(set(module.__all__)), module.__name__
-    assert not set(lc.__all__) & MOVED
+    assert not set(lc.__all__) & SUB_NAMESPACED
     assert not set(tuning.__all__) & set(introspection.__all__)
-    for name in [*lc.__all__, *MOVED]:
+    for name in lc.__all__:
         getattr(lc, name)  # loads every name
     public = {
         name
         for name, value in vars(lc).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
-    assert public == set(lc.__all__) | MOVED
+    assert public == set(lc.__all__)
 
 
 def test_the_type_checking_imports_name_the_same_objects_as_the_lazy_ones():
     # Type checkers and IDEs read the TYPE_CHECKING block; the interpreter, the
     # lazy table. Both must give every name, from the same place.
     for module, expected in (
-        (lc, {*lc.__all__, *MOVED, *SUBPACKAGES}),
+        (lc, {*lc.__all__, *SUBPACKAGES}),
         (tuning, set(tuning.__all__)),
         (introspection, set(introspection.__all__)),
     ):
@@ -76,30 +77,33 @@ def test_the_type_checking_imports_name_the_same_objects_as_the_lazy_ones():
 
 
 def test_every_public_name_is_documented():
-    for name in [*lc.__all__, *MOVED]:
-        value = getattr(lc, name)
-        if callable(value):
-            assert value.__doc__, name
-    for module in (tuning, introspection):
+    for module in (lc, tuning, introspection):
         assert module.__doc__
-
-
-def test_the_moved_names_are_the_sub_namespaces_own_and_still_importable_from_the_top():
-    for module in (tuning, introspection):
         for name in module.__all__:
-            assert getattr(lc, name) is getattr(module, name), name
-    # No warning: the old spelling is not deprecated (the test run has -W error).
-    from lifecycle import DEFAULT_TRIM_THRESHOLD, check_compatibility, tune_allocator
+            value = getattr(module, name)
+            if callable(value):
+                assert value.__doc__, f"{module.__name__}.{name}"
 
-    assert tune_allocator is tuning.tune_allocator
-    assert DEFAULT_TRIM_THRESHOLD == tuning.DEFAULT_TRIM_THRESHOLD == 32 * 2**20
-    assert check_compatibility is introspection.check_compatibility
+
+def test_the_sub_namespaces_names_are_reached_through_them_only():
+    # One public path per name: lc.tuning.tune_allocator, never lc.tune_allocator.
+    for module in (tuning, introspection):
+        assert getattr(lc, module.__name__.rsplit(".", 1)[1]) is module
+        for name in module.__all__:
+            with pytest.raises(
+                AttributeError, match=rf"module 'lifecycle' has no attribute '{name}'"
+            ):
+                getattr(lc, name)
+            assert name not in dir(lc), name
+    with pytest.raises(ImportError, match="cannot import name 'tune_allocator'"):
+        from lifecycle import tune_allocator  # noqa: F401
+    assert tuning.DEFAULT_TRIM_THRESHOLD == 32 * 2**20
 
 
 def test_dir_lists_the_names_and_subpackages_and_unknown_names_raise_attribute_error():
     for module in (lc, tuning, introspection):
         assert set(module.__all__) <= set(dir(module)), module.__name__
-    assert set(dir(lc)) >= MOVED | SUBPACKAGES - {"server"}
+    assert set(dir(lc)) >= SUBPACKAGES - {"server"}
     assert lc.monitoring.find_leaks is lc.find_leaks
     for module in (lc, tuning):
         with pytest.raises(AttributeError, match=rf"module '{module.__name__}' has no attribute"):
@@ -175,17 +179,17 @@ def test_import_lifecycle_imports_no_tensorflow_until_a_name_needs_it(run_child)
     result = json.loads(output.split("RESULT", 1)[1])
     assert result["import"] == [], result["import"]
     assert result["tuning"] == [], result["tuning"]
+    # The sub-namespaces (tuning, introspection) wait for their first use too.
     assert set(result["import_lifecycle"]) <= {
         "lifecycle",
         "lifecycle.errors",
-        "lifecycle.introspection",  # lazy namespaces: their names are imported on first use
-        "lifecycle.tuning",
         *(m for m in result["import_lifecycle"] if m.startswith("lifecycle._core")),
     }
     assert result["seconds"] < 0.5, result["seconds"]
     assert result["first_name"]
     # help(lifecycle) reads every name dir() lists: not lifecycle.server, which needs an extra.
-    assert set(result["dir"]) >= set(lc.__all__) | MOVED | SUBPACKAGES - {"server"}
+    assert set(result["dir"]) >= set(lc.__all__) | SUBPACKAGES - {"server"}
+    assert not set(result["dir"]) & SUB_NAMESPACED
     assert "server" not in result["dir"]
     assert result["star"] == sorted(lc.__all__)
 

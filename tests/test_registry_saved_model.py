@@ -334,7 +334,7 @@ from lifecycle._core._malloc import trim
 from lifecycle._session import collect
 
 if lc.statistics(count_graphs=False).cpu_allocator != "onednn-system":
-    lc.tune_allocator()  # as lifecycle serve: never over the system allocator
+    lc.tuning.tune_allocator()  # as lifecycle serve: never over the system allocator
 
 def rss_mib():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
@@ -392,7 +392,7 @@ def test_swapping_saved_model_versions_gives_their_memory_back(run_child, alloca
     # over 8). Unloaded versions' restored copies wait for the cleaner's collection, which
     # comes once they add up to the pressure threshold (128 MiB): measured 96 MiB with
     # oneDNN's pool, under 8 with the system allocator.
-    bound = lc.DEFAULT_PRESSURE_THRESHOLD / 2**20 + 16
+    bound = lc.tuning.DEFAULT_PRESSURE_THRESHOLD / 2**20 + 16
     assert last - third < bound, f"RSS grew {last - third:.1f} MiB over 8 swaps"
     if cpu_allocator == "onednn-pool":
         # The pool keeps what it freed for reuse (the export before the loop left
