@@ -58,10 +58,10 @@ __all__ = [
 DEFAULT_DISPOSE_TIMEOUT = 30.0
 # Byte pressure each traced step function (train, test, predict) a dispose lets
 # go adds to its session's cleaner: the graphs behind it are reference cycles
-# that only a collection frees (about 1 MiB of RSS for a small MLP's, more for
-# larger models'). At the default pressure threshold, one collection per 8 step
-# functions: a scikit-learn sweep (2 per fit) stays flat; a 5-fold ResNet50 loop
-# with evaluate pays one (about 1.2 s on its heap; docs/benchmarks.md, k-fold).
+# that only a collection frees, larger for larger models. At the default pressure
+# threshold, one collection per 8 step functions: a scikit-learn sweep (2 per fit)
+# stays flat (docs/sweeps.md); a 5-fold ResNet50 loop with evaluate pays one
+# (docs/benchmarks.md#k-fold-training-throughput-benchmarkskfoldpy).
 STEP_FUNCTION_PRESSURE = 16 * 2**20
 
 

@@ -3,13 +3,14 @@
 The cache keeps a kernel for every distinct op it ran, and the key of an op
 includes its attributes and the dtype and shape of its resource inputs. A
 variable's creation runs ops whose attributes name the variable, so every
-variable ever created leaves kernels no later variable reuses: about 35 KiB
-per buffer of a disposed model, measured, freed only by clearing the cache.
+variable ever created leaves kernels no later variable reuses, for every
+buffer of a disposed model, freed only by clearing the cache (their size is
+in ``docs/sessions.md#byte-pressure``).
 The same cache holds what a release needs: the kernels of ``AssignVariableOp``
 for each variable shape, built by an earlier release or beforehand by the
 cleaner (``_tf.warm_release``). Clearing it between a model's build and its
-dispose makes the dispose rebuild one kernel per distinct shape (about 1 ms
-each; ResNet50 has 30).
+dispose makes the dispose rebuild one kernel per distinct shape (ResNet50
+has 30), each a build on the caller's thread.
 
 So the cache is cleared only once enough buffers were released since the last
 clear for their stale kernels to matter: by the cleaner after a ``dispose()``
@@ -29,7 +30,8 @@ from ._checks import check_int
 __all__ = ["KERNEL_CACHE", "KERNEL_CACHE_BUFFERS", "KernelCachePolicy", "KernelCacheStatistics"]
 
 #: Buffers released since the last clear after which a collection clears the
-#: kernel cache: at about 35 KiB of stale kernels per buffer, about 1 MiB.
+#: kernel cache: enough stale kernels to be worth the rebuilds a clear costs the
+#: live models (``docs/sessions.md#byte-pressure`` has the sizes).
 KERNEL_CACHE_BUFFERS = 32
 
 

@@ -15,9 +15,10 @@ much. The loader thread here
   paces. A profile hook on the loader thread does the pacing; it sees only the
   loader's own calls.
 
-Both hold a load back, and the hook alone about doubles the time of Python
-work. For a small model that turns a load of a fraction of a second into
-seconds, while the requests it protects would barely notice it. So work whose
+Both hold a load back, and the hook alone slows its Python work. For a small
+model that turns a short load into a long one, while the requests it protects
+would barely notice it (``benchmarks/first_response.py``,
+``docs/benchmarks.md#swap-to-first-response``). So work whose
 size is known beforehand and is at most ``foreground_bytes`` (a SavedModel's
 variables, a ``.keras`` archive's weights) runs in the foreground instead: on
 the calling thread, at its priority, unpaced.

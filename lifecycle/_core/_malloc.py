@@ -77,16 +77,17 @@ def tune_allocator(
     cleaners already trim after every ``trim_threshold`` bytes released: a
     trim changes no setting; the mmap threshold does, for the whole process.)
 
-    Measured on the hot-swap benchmark (a served 18 MiB model swapped over 100
-    times, ``TF_ENABLE_ONEDNN_OPTS=0``): the process's RSS once the swaps
-    drained went from 1.187x to 1.008x of its one-model RSS; see
-    ``docs/benchmarks.md``. Set ``TF_ENABLE_ONEDNN_OPTS=0`` before TensorFlow
-    is imported: oneDNN's CPU allocator keeps freed blocks for reuse whatever
-    glibc does (1.064x untuned, 1.060x tuned in the same benchmark with it).
-    Do not combine it with ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``: every block
-    then gets a mapping of its own, made and zeroed on every step (ResNet50's
-    training step took 1.98x as long); ``LIFECYCLE_ALLOCATOR=system`` is the
-    setting for that (``docs/allocator.md``).
+    With oneDNN off, it brings a process's RSS after many model swaps back
+    close to its one-model RSS (``benchmarks/hot_swap.py``,
+    ``docs/benchmarks.md#hot-swap-benchmarkshot_swappy``). Set
+    ``TF_ENABLE_ONEDNN_OPTS=0`` before TensorFlow is imported: oneDNN's CPU
+    allocator keeps freed blocks for reuse whatever glibc does, so with it on
+    the same benchmark gains next to nothing. Do not combine it with
+    ``TF_ONEDNN_USE_SYSTEM_ALLOCATOR=1``: every block then gets a mapping of
+    its own, made and zeroed on every step, which slows training steps
+    (``docs/benchmarks.md#allocator-settings-benchmarksallocatorpy``);
+    ``LIFECYCLE_ALLOCATOR=system`` is the setting for that
+    (``docs/allocator.md``).
 
     Args:
         mmap_threshold: Bytes from which an allocation gets its own mapping;

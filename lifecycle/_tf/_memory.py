@@ -75,9 +75,10 @@ def clear_kernel_cache() -> None:
     """Drop TensorFlow's cache of eager kernels (safe while other threads run ops).
 
     The cache keeps a kernel per op and per traced function it ran, including
-    those of disposed models: about 0.1-0.7 MiB each, freed only by this (or
-    ``clear_session``). A kernel in use stays alive until its op returns; the
-    next run of each op or function re-creates its kernel (milliseconds).
+    those of disposed models, freed only by this (or ``clear_session``; the
+    sizes are in ``docs/sessions.md#byte-pressure``). A kernel in use stays
+    alive until its op returns; the next run of each op or function
+    re-creates its kernel.
     """
     context.context().clear_kernel_cache()
     _release.forget_release_kernels()

@@ -59,9 +59,8 @@ def release_by_device(variables: Iterable[BaseResourceVariable]) -> dict[str, tu
     places an op on the device of its resource input anyway, and the eager
     kernel cache keys a kernel by the device the op asked for. Unscoped, the
     release reuses the kernels an earlier release or :func:`warm_release`
-    built for the same dtype and shape (about 1 ms each to build); creating
-    the variables does not build them (measured: a process's first release of
-    ResNet50 built about 30).
+    built for the same dtype and shape; creating the variables does not build
+    them, so a process's first release builds one per distinct shape.
     """
     return release_handles(
         (leaf.handle, leaf.dtype, leaf.device, leaf_nbytes(leaf)) for leaf in variables
@@ -112,9 +111,10 @@ def _quick_execute() -> Any:
     """TensorFlow's op call with its attributes given, no inference, no dispatch.
 
     ``tf.raw_ops.AssignVariableOp`` infers the ``dtype`` attribute from its
-    inputs and goes through the API's dispatch wrappers on every call: about
-    10 µs of Python per buffer on top of the op, a third of a large model's
-    release. ``execute.quick_execute`` takes the attributes as they are.
+    inputs and goes through the API's dispatch wrappers on every call: Python
+    work per buffer on top of the op, a large share of a large model's release
+    (``benchmarks/dispose.py``). ``execute.quick_execute`` takes the
+    attributes as they are.
 
     Raises:
         CompatibilityError: TensorFlow no longer has it.
@@ -160,9 +160,9 @@ def warm_release(keys: Iterable[KernelKey]) -> int:
     """Build the eager kernels a later release of buffers of these kinds runs.
 
     TensorFlow caches an ``AssignVariableOp`` kernel per dtype and shape of
-    the variable, and building one takes about 1 ms: a model's first
-    ``dispose()`` in a process would build one per distinct variable shape
-    (30 for ResNet50), and pay for them on the caller's thread. This builds
+    the variable, and building one takes time: a model's first ``dispose()``
+    in a process would build one per distinct variable shape (30 for
+    ResNet50), and pay for them on the caller's thread. This builds
     them beforehand on a handle of that dtype and shape that holds no buffer
     (``VarHandleOp``, assigned the empty value and destroyed at once), so it
     allocates nothing. It runs on the cleaner's thread.

@@ -213,8 +213,8 @@ def self_check() -> None:
     The SavedModel has a custom gradient: its restored registry entry must be
     found, used by ``tape.gradient``, and deleted once the model is collected.
     Only the probe's garbage needs finding: with the process's heap frozen,
-    that collection scans what the probe created (milliseconds) instead of all
-    of TensorFlow (0.2 s, during which no other thread runs). Not when the heap
+    that collection scans what the probe created instead of all of
+    TensorFlow, a pause during which no other thread runs. Not when the heap
     is frozen already: unfreezing would also release what the user froze.
     """
     freeze = gc.get_freeze_count() == 0

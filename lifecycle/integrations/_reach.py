@@ -143,7 +143,7 @@ def reach(
             pending.append(obj)
 
     # No collection during the walk: its garbage is lists without cycles, and a full
-    # collection it set off (0.2 s or more on a TensorFlow heap) would stall the cell.
+    # collection it set off (a pass over a whole TensorFlow heap) would stall the cell.
     collecting = gc.isenabled()
     gc.disable()
     try:

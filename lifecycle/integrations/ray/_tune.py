@@ -34,13 +34,13 @@ process would each dispose the other's models.
 Threads. Tune runs each function trial on a new thread. glibc gives threads
 malloc arenas of their own (up to 8 per core), and what a trial's kernels left
 in its thread's arena is not always reused by the next thread. Measured with
-``benchmarks/ray_tune.py`` (30 trials on one reused worker, RSS growth from the
-start of trial 5 to the start of trial 30, every model disposed; plain Keras
-grew about 600 MiB): on Tune's new threads +59 to +74 MiB, on one long-lived
-thread +18 to +22 MiB; with ``MALLOC_ARENA_MAX=2`` +17 and +12 MiB; with
-``LIFECYCLE_ALLOCATOR=system`` (one arena and a high trim threshold) +90 and
-+46 MiB. The long-lived thread is the flattest setting that needs nothing from
-the user's environment, so :func:`managed_trainable` runs the user's function
+``benchmarks/ray_tune.py`` (a reused worker, every model disposed; the figures
+are in ``benchmarks/results/ray_tune.json`` and ``docs/scaling.md``, threads and
+the CPU allocator): a worker grew several times as much on Tune's new threads as
+on one long-lived thread; ``MALLOC_ARENA_MAX=2`` flattened both a little more,
+and ``LIFECYCLE_ALLOCATOR=system`` (one arena and a high trim threshold) did
+worse than either. The long-lived thread is the flattest setting that needs
+nothing from the user's environment, so :func:`managed_trainable` runs the user's function
 on one long-lived thread per worker process (``thread="worker"``, the default)
 while Tune's trial thread waits for it: ``ray.tune.report`` works from there
 (Tune's session is per process), a stop raises there as it would on Tune's
@@ -453,7 +453,7 @@ def managed_trainable(
             worker process on one long-lived thread, while Tune's trial thread
             waits, so that memory one trial freed is reused by the next (on
             Tune's new thread per trial, glibc's per-thread arenas grew a
-            reused worker 3 to 4 times as much; see the module's notes). Each
+            reused worker several times as much; see the module's notes). Each
             trial starts with the Keras state of a new thread. ``"trial"``:
             run it on Tune's trial thread, as Tune does.
 
