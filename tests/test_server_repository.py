@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -73,12 +74,16 @@ def test_explicit_mode_loads_and_unloads_models_by_name(repository):
             assert client.is_server_ready() and not client.is_model_ready("a")
             client.load_model("a")
             assert client.is_model_ready("a")
+            # The registry watches the repository: a load by name joins its models.
+            assert registry.last_repository_scan(repository).models == ("a",)
             assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}
             assert index(url) == {"a": ("1", "READY"), "b": ("", "UNAVAILABLE")}
             client.load_model("b")
             assert rest_answer(url, "b") == {"predictions": [[2.0, 2.0]]}
             client.unload_model("a")
             wait_until(lambda: "a" not in loaded(registry), "a unloaded")
+            with pytest.raises(lc.errors.UnknownModelError, match="'a' is not watched"):
+                registry.last_scan("a")
             assert not client.is_model_ready("a")
             assert index(url) == {"a": ("", "UNAVAILABLE"), "b": ("1", "READY")}
             with pytest.raises(InferenceServerException, match="nor in its model repository"):
@@ -128,6 +133,13 @@ def test_poll_mode_loads_new_models_and_versions_and_unloads_removed_models(repo
     with lc.ModelRegistry(name="poll") as registry, running(registry, config) as url:
         assert rest_answer(url, "a") == {"predictions": [[1.0, 1.0]]}  # all loaded at start-up
         assert rest_answer(url, "b") == {"predictions": [[2.0, 2.0]]}
+        # One poll loop, the registry's: a thread for the repository, none per model.
+        threads = [t.name for t in threading.enumerate()]
+        assert [t for t in threads if t.startswith("lifecycle-repository-")] == [
+            "lifecycle-repository-repository",
+            "lifecycle-repository-notify-repository",
+        ]
+        assert not [t for t in threads if t.startswith("lifecycle-watch-")]
         publish(constant_model(3.0), repository, "c", 1)
         wait_until(lambda: rest_answer(url, "c") == {"predictions": [[3.0, 3.0]]}, "c served")
         save(constant_model(5.0), repository / "a", 2)

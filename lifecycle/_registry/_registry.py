@@ -8,6 +8,7 @@ the registry's own session; the work is done by the modules beside this one:
 * ``_retiring``: retired versions drain, then are disposed, or come back
   when the load they made room for fails;
 * ``_watching``: base paths of version directories, scanned and polled;
+* ``_repository``: model repositories, each model a watched base path;
 * ``lifecycle._core.plan_eviction``: which versions to evict for a load to fit.
 """
 
@@ -17,7 +18,7 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -40,9 +41,16 @@ from .._core import (
 )
 from .._model import ManagedModel
 from .._session import LifecycleSession, freeze_heap
-from ..errors import BudgetExceededError, LifecycleError, LoadError
+from ..errors import (
+    BudgetExceededError,
+    CheckpointError,
+    LifecycleError,
+    LoadError,
+    UnknownModelError,
+)
 from ._building import build_version, factory_of, warmup_of
 from ._lease import ServingLease
+from ._repository import Repository, RepositoryReport, members_of
 from ._retiring import Retirement, SetAside, pins_of
 from ._signature import Inference, ServingSignature
 from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
@@ -163,6 +171,8 @@ class ModelRegistry:
     _table: VersionTable = attrs.field(init=False, repr=False)
     _retirement: Retirement = attrs.field(init=False, repr=False)
     _watcher: Watcher = attrs.field(init=False, repr=False)
+    # Watched model repositories by absolute path; their models are watches of `_watcher`.
+    _repositories: dict[str, Repository] = attrs.field(factory=dict, init=False, repr=False)
     # Serialises load/unload/watch/close bookkeeping that spans a build.
     _admin: threading.RLock = attrs.field(factory=threading.RLock, init=False, repr=False)
 
@@ -833,15 +843,201 @@ class ModelRegistry:
         """
         return self._watcher.get(name).last
 
-    def unwatch(self, name: str) -> None:
+    def unwatch(self, name: str, *, retire: bool = False) -> None:
         """Stop watching ``name``'s base path; its loaded versions stay loaded.
+
+        A model of a watched repository (:meth:`watch_repository`) also
+        leaves the repository's models: its scans leave it alone until
+        :meth:`scan_repository` names it again.
+
+        Args:
+            name: The watched model.
+            retire: Also retire every version of ``name`` (the labels, route
+                and default on them go too); each drains, then is disposed.
 
         Raises:
             UnknownModelError: ``name`` is not watched.
         """
         with self._administering():
             watch = self._watcher.remove(name)
+            for repository in list(members_of(self._repositories, name)):
+                repository.forget(name)
+            if retire:
+                self._watcher.retire_all(name, watch)
         watch.halt()
+
+    # -- model repositories ----------------------------------------------------------
+
+    def watch_repository(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        models: Iterable[str] | None = None,
+        poll_interval: float | None = None,
+        notify: bool = False,
+        batching: BatchingPolicy | None = None,
+    ) -> RepositoryReport:
+        """Serve the models of a model repository, ``<path>/<model>/<version>/``, and scan it now.
+
+        The layout is Triton's and KServe's: each directory of ``path`` is a
+        model named after it (dot-directories and files are ignored, so a
+        model written aside as ``.new-risk`` and renamed in appears whole), and
+        a base path of version directories as :meth:`watch` reads one, each
+        version a SavedModel or a ``.keras`` archive. The latest version serves.
+        Each scan (:meth:`scan_repository`, or each poll) starts watching the
+        model directories that appeared, stops watching those that disappeared
+        and retires every version of them (labels and routes on them go too;
+        they drain, then are disposed), and scans every model it watches: new
+        versions swap in under the registry's :class:`SwapPolicy`, a failed
+        swap leaves what served serving, and a version that failed to load is
+        not tried again until a file in its directory changes. Each model is a
+        watch of the registry: :meth:`last_scan` has its report, and
+        :meth:`unwatch` stops watching it (scans then leave it alone until
+        :meth:`scan_repository` names it). One thread polls the whole repository.
+
+        Args:
+            path: The repository.
+            models: Watch only these models (Triton's explicit mode), now and
+                when :meth:`scan_repository` names more; ``None`` (default):
+                every model directory, as they come and go.
+            poll_interval: Also scan every this many seconds, on a thread of
+                the registry's, until :meth:`unwatch_repository` or
+                :meth:`close`. ``None``: scan only when :meth:`scan_repository`
+                is called.
+            notify: Also scan as soon as the operating system reports a change
+                under ``path`` (see :meth:`watch`); needs ``watchfiles``.
+            batching: Batch each version's concurrent requests (see :meth:`load`).
+
+        Returns:
+            The first scan's report; each model's :class:`ScanReport` is in it.
+
+        Raises:
+            CheckpointError: ``path`` is not a directory; nothing changed.
+            UnknownModelError: A name of ``models`` is not a directory of
+                ``path``; nothing changed.
+            ValueError: ``path`` is watched already, or a bad argument.
+            ImportError: ``notify`` without ``watchfiles``; the message names
+                the ``pip install``.
+
+        Example:
+            >>> import tempfile, keras, numpy as np, lifecycle as lc
+            >>> inputs = keras.Input((4,), name="features")
+            >>> exported = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+            >>> repository = tempfile.mkdtemp()
+            >>> exported.export(repository + "/risk/1", verbose=False)
+            >>> with lc.ModelRegistry() as registry:
+            ...     report = registry.watch_repository(repository)
+            ...     served = [(s.name, s.version) for s in registry.status()]
+            >>> (report.models, served)
+            (('risk',), [('risk', 1)])
+        """
+        if models is not None:
+            if isinstance(models, str):
+                raise TypeError(
+                    f"`models` must be a collection of model names or None, not one string. "
+                    f"Received: {models!r}; pass [{models!r}]."
+                )
+            models = {check_model_name(name) for name in models}
+        if poll_interval is not None:
+            poll_interval = check_timeout(poll_interval, "poll_interval")
+            if not poll_interval:
+                raise ValueError("`poll_interval` must be > 0 seconds or None.")
+        if batching is not None and not isinstance(batching, BatchingPolicy):
+            raise TypeError(f"`batching` must be a BatchingPolicy or None. Received: {batching!r}")
+        if notify:
+            require_notifications()
+        root = os.path.abspath(os.fspath(path))
+        if not os.path.isdir(root):
+            raise CheckpointError(
+                f"Model repository {root!r} does not exist or is not a directory; expected "
+                "<repository>/<model>/<version>/ directories (SavedModels or .keras archives).",
+                path=root,
+            )
+        repository = Repository(
+            root, self._watcher, models, poll_interval, notify=notify, batching=batching
+        )
+        with self._administering():
+            self._table.check_open()
+            if root in self._repositories:
+                raise ValueError(
+                    f"The repository {root!r} is watched already; unwatch_repository() it first."
+                )
+            # UnknownModelError for a name that is not there, before anything is watched.
+            report = repository.scan(tuple(sorted(models or ())))
+            self._repositories[root] = repository
+        if poll_interval is not None or notify:
+            repository.start_polling(functools.partial(self._scan_repository, repository))
+        return report
+
+    def scan_repository(
+        self, path: str | os.PathLike[str], *, models: Iterable[str] = ()
+    ) -> RepositoryReport:
+        """Scan a watched repository now: models join, leave and swap (:meth:`watch_repository`).
+
+        Args:
+            path: The watched repository.
+            models: Models to read anew (Triton's explicit load): each is
+                watched from now on if it was not, or watched afresh (its
+                failed versions are tried again), and swaps to its newest
+                version.
+
+        Returns:
+            The scan's report.
+
+        Raises:
+            UnknownModelError: ``path`` is not watched, or a name of ``models``
+                is not a directory of it.
+        """
+        names = (models,) if isinstance(models, str) else tuple(models)
+        repository = self._repository(path)
+        return self._scan_repository(repository, tuple(check_model_name(n) for n in names))
+
+    def last_repository_scan(self, path: str | os.PathLike[str]) -> RepositoryReport | None:
+        """The report of the latest scan of a watched repository (``None`` before one).
+
+        Raises:
+            UnknownModelError: ``path`` is not watched.
+        """
+        return self._repository(path).last
+
+    def unwatch_repository(self, path: str | os.PathLike[str], *, retire: bool = False) -> None:
+        """Stop watching a repository and its models; their versions stay loaded.
+
+        Args:
+            path: The watched repository.
+            retire: Also retire every version of its models (see :meth:`unwatch`).
+
+        Raises:
+            UnknownModelError: ``path`` is not watched.
+        """
+        repository = self._repository(path)
+        repository.halt()  # outside the lock: a scan in progress needs it
+        with self._administering():
+            self._repositories.pop(repository.path, None)
+            for name in sorted(repository.members):
+                if retire:
+                    repository.retire(name)
+                else:
+                    self._watcher.remove(name)
+            repository.members.clear()
+
+    def _repository(self, path: str | os.PathLike[str]) -> Repository:
+        root = os.path.abspath(os.fspath(path))
+        repository = self._repositories.get(root)
+        if repository is None:
+            raise UnknownModelError(
+                f"The repository {root!r} is not watched. Watched: {sorted(self._repositories)}"
+            )
+        return repository
+
+    def _scan_repository(
+        self, repository: Repository, names: tuple[str, ...] = ()
+    ) -> RepositoryReport:
+        with self._administering():
+            self._table.check_open()
+            if self._repositories.get(repository.path) is not repository:
+                raise UnknownModelError(f"The repository {repository.path!r} is not watched.")
+            return repository.scan(names)
 
     def scan(self, name: str) -> ScanReport:
         """Bring ``name``'s loaded versions in line with its watched base path.
@@ -902,11 +1098,15 @@ class ModelRegistry:
         Safe to call twice. Afterwards loads, leases and requests raise
         :class:`~lifecycle.errors.ClosedError`.
         """
-        self._watcher.halt_all()  # outside the lock: a scan in progress needs it
+        # Outside the lock: a scan in progress needs it.
+        for repository in list(self._repositories.values()):
+            repository.halt()
+        self._watcher.halt_all()
         with self._administering():
             if self._table.closed:
                 return
             self._table.unpin_all()
+            self._repositories.clear()
             self._watcher.clear()
             for loaded in self._table.versions():
                 self._retirement.retire(loaded, wait=True)

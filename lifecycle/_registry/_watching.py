@@ -51,6 +51,8 @@ __all__ = [
     "ScanReport",
     "Watch",
     "Watcher",
+    "fingerprint",
+    "notify_changes",
     "require_notifications",
 ]
 
@@ -178,33 +180,44 @@ def require_notifications() -> None:
         ) from error
 
 
-def _notify(name: str, watch: Watch) -> None:
-    """Wake ``watch``'s scans whenever an entry of its base path changes, until it stops.
+def notify_changes(
+    what: str, path: str, stop: threading.Event, wake: threading.Event, *, recursive: bool
+) -> None:
+    """Set ``wake`` whenever an entry under ``path`` changes, until ``stop`` is set.
 
-    Only the base path's own entries are watched (not recursively): a version
+    A base path's own entries are watched (``recursive=False``): a version
     written in place or aside and renamed in is one event when it appears, not
-    one per file written. If the operating system's notifications fail (the
-    base path removed, a file system without them), polling goes on alone.
+    one per file written. A repository is watched ``recursive``: a version
+    appearing in one of its models is two levels down. If the operating
+    system's notifications fail (the path removed, a file system without
+    them), polling goes on alone.
+
+    Args:
+        what: What is watched, for the warning (``"'risk'"``, ``"the repository"``).
+        path: The directory.
+        stop: Ends the notifications.
+        wake: Set at each change.
+        recursive: Watch the whole tree, not only ``path``'s own entries.
     """
     import watchfiles
 
     try:
         for _ in watchfiles.watch(
-            watch.base,
+            path,
             watch_filter=None,
-            recursive=False,
+            recursive=recursive,
             # Changes a few milliseconds apart (a rename's two events) make one wake.
             step=20,
-            stop_event=watch.stop,
+            stop_event=stop,
             raise_interrupt=False,
         ):
-            watch.wake.set()
-    except Exception as error:  # the base path vanished, say: polling still runs
-        if not watch.stop.is_set():
+            wake.set()
+    except Exception as error:  # the path vanished, say: polling still runs
+        if not stop.is_set():
             _log.warning(
-                "Change notifications for %r under %r stopped (%s: %s); polling goes on.",
-                name,
-                watch.base,
+                "Change notifications for %s under %r stopped (%s: %s); polling goes on.",
+                what,
+                path,
                 type(error).__name__,
                 error,
             )
@@ -238,6 +251,9 @@ class Watcher:
         self._load = load
         self._swap_policy = swap_policy
         self._watches: dict[str, Watch] = {}
+        # name -> versions an earlier watch of it loaded (it was unwatched, they
+        # stayed): a new watch of the name adopts them, wherever they came from.
+        self._earlier: dict[str, set[int]] = {}
         # Guards each watch's `held` and `served` against unloads, which do
         # not take the admin lock that scans hold.
         self._holding = threading.Lock()
@@ -260,9 +276,10 @@ class Watcher:
         """Start watching ``name``.
 
         The versions of ``name`` loaded already whose directory is under the
-        base path become the watch's, as if it had loaded them: a model
-        watched anew (a server reading its configuration again, say) retires
-        them once they leave the policy, instead of keeping them for good.
+        base path, or that an earlier watch of ``name`` loaded, become the
+        watch's, as if it had loaded them: a model watched anew (a server
+        reading its configuration again, with another base path or policy, say)
+        retires them once they leave the policy, instead of keeping them for good.
 
         Raises:
             ValueError: ``name`` is already watched.
@@ -271,7 +288,9 @@ class Watcher:
             raise ValueError(
                 f"{name!r} already watches {self._watches[name].base!r}; unwatch() it first."
             )
-        watch.served |= self._table.present(name) & set(available_versions(watch.base))
+        present = self._table.present(name)
+        earlier = self._earlier.pop(name, set())
+        watch.served |= present & (set(available_versions(watch.base)) | earlier)
         self._watches[name] = watch
 
     def start_polling(self, name: str, watch: Watch) -> None:
@@ -289,8 +308,9 @@ class Watcher:
         watch.thread.start()
         if watch.notify:
             watch.notifier = threading.Thread(
-                target=_notify,
-                args=(name, watch),
+                target=notify_changes,
+                args=(repr(name), watch.base, watch.stop, watch.wake),
+                kwargs={"recursive": False},
                 name=f"lifecycle-notify-{self._registry}-{name}",
                 daemon=True,
             )
@@ -304,7 +324,22 @@ class Watcher:
         """
         watch = self.get(name)
         del self._watches[name]
+        with self._holding:
+            if watch.served:
+                self._earlier[name] = set(watch.served)
         return watch
+
+    def retire_all(self, name: str, watch: Watch) -> list[LoadedVersion]:
+        """Retire every version of ``name`` (a model that left its repository, say).
+
+        The labels, route and default that point at them go too; each drains,
+        then is disposed, through the registry's retirement.
+
+        Returns:
+            The versions retired.
+        """
+        self._earlier.pop(name, None)
+        return self._retire_leaving(name, watch, sorted(self._table.present(name)), frozenset())
 
     def hold(self, name: str, version: int) -> None:
         """Keep scans of ``name`` from loading ``version`` again (an unload by hand).
@@ -333,6 +368,10 @@ class Watcher:
     def clear(self) -> None:
         """Forget every watch."""
         self._watches.clear()
+        self._earlier.clear()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._watches
 
     def _poll(self, name: str, watch: Watch) -> None:
         while True:
