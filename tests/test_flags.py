@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import typer.main
 from typer.testing import CliRunner
@@ -13,7 +17,7 @@ from typer.testing import CliRunner
 from lifecycle import cli
 from lifecycle._core._flag import docs_table
 from lifecycle.cli._serve import serve_flags
-from lifecycle.server import ServerConfig, _flags
+from lifecycle.server import ServedModel, ServerConfig, _flags
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVING_DOCS = ROOT / "docs" / "serving.md"
@@ -224,3 +228,173 @@ def test_the_registry_and_the_server_refuse_the_labels_the_config_file_refuses()
             service.set_label("m", "canary-1", 1)
         with pytest.raises(lc.UnknownModelError):  # a good label: then the model is looked up
             service.set_label("m", "canary_1", 1)
+
+
+# -- each default declared once ----------------------------------------------------------------
+
+# Flags that set no field as given: ServerConfig.from_flags reads the models, or derives a
+# field of several flags (routes, batching, the thread counts), from them.
+NOT_A_FIELD = {
+    "model_name",
+    "model_base_path",
+    "model_config_file",
+    "model_factory",
+    "route",
+    "enable_batching",
+    "max_batch_size",
+    "batch_timeout_micros",
+    "allowed_batch_sizes",
+    "num_batch_threads",
+    "max_enqueued_batches",
+    "batching_parameters_file",
+    "batch_return_wait",
+    "tensorflow_session_parallelism",
+}
+
+
+def flag_fields() -> dict[str, attrs.Attribute]:
+    """ServerConfig's fields that a flag sets, by the flag's name."""
+    return {
+        field.metadata[_flags.FLAG]: field
+        for field in attrs.fields(ServerConfig)
+        if _flags.FLAG in field.metadata
+    }
+
+
+def test_every_flag_sets_a_field_declared_from_it_or_is_listed_as_deriving_one():
+    server = {flag.name for flag in _flags.FLAGS}
+    assert set(flag_fields()) == server - NOT_A_FIELD
+    # A field named as a flag but declared by hand would copy its default.
+    for field in attrs.fields(ServerConfig):
+        if field.name in server:
+            assert field.metadata.get(_flags.FLAG) == field.name, field.name
+
+
+def test_each_fields_default_is_its_flags_default_or_the_one_the_docs_show():
+    config = ServerConfig()
+    for name, field in flag_fields().items():
+        flag, value = _flags.by_name(name), getattr(config, field.name)
+        assert field.default == flag.default, name  # declared once, in the flag table
+        value = getattr(value, "value", value)  # an enum: --swap_policy
+        if flag.default is None and value is not None:
+            # Converted from "not given", as the docs' table of flags says.
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            assert shown == flag.plain_default, name
+        else:
+            assert value == (tuple(flag.default) if flag.type is list else flag.default), name
+    assert (config.repository_poll_secs, config.model_control_mode) == (15.0, "none")
+    assert (config.grpc_port, config.load_models, config.rest_api_port) == (8500, (), 8501)
+
+
+# -- each rule checked once --------------------------------------------------------------------
+
+
+@pytest.fixture
+def scans(monkeypatch) -> list[tuple]:
+    """The scans of a model repository for its start-up models, as made."""
+    from lifecycle.server import _rules
+
+    made: list[tuple] = []
+    scan = _rules.startup_models
+
+    def counted(*args):
+        made.append(args)
+        return scan(*args)
+
+    monkeypatch.setattr(_rules, "startup_models", counted)
+    return made
+
+
+@pytest.fixture
+def repository(tmp_path) -> Path:
+    """A repository of two models, each with a version directory (never loaded here)."""
+    for name in ("a", "b"):
+        (tmp_path / "repo" / name / "1").mkdir(parents=True)
+    return tmp_path / "repo"
+
+
+def test_from_flags_scans_the_repository_once_and_the_config_keeps_the_start_up_models(
+    scans, repository
+):
+    config = ServerConfig.from_flags(
+        model_repository=str(repository), model_control_mode="explicit", load_model=["b"]
+    )
+    assert len(scans) == 1
+    assert config.startup_models() == ("b",)
+    assert config.startup_models() == ("b",)  # what the service reads when it starts
+    assert len(scans) == 1
+    config = ServerConfig.from_flags(model_repository=str(repository))
+    assert config.startup_models() == ("a", "b") and len(scans) == 2
+
+
+def test_check_flags_scans_the_repository_once(scans, repository):
+    flags = _flags.check_flags(model_repository=str(repository), route=["a=1:1"])
+    assert len(scans) == 1
+    assert flags["model_repository"] == str(repository) and flags["route"] == ["a=1:1"]
+
+
+# ServerConfig built directly: the rules between its fields, with the flags' messages.
+BAD_CONFIGS = [
+    ({"routes": {"risk": {1: 1.0}}}, "--route names models that are not served: ['risk']"),
+    ({"host": "0.0.0.0"}, "--host '0.0.0.0' accepts other hosts, so the admin API needs a token"),
+    ({"admin_token": "short"}, "must be at least 16 characters long; this one has 5"),
+    ({"load_models": ["a"]}, "--model_control_mode and --load_model need --model_repository."),
+    ({"model_control_mode": "poll"}, "--model_control_mode and --load_model need"),
+    (
+        {"models": [ServedModel("m", "/a"), ServedModel("m", "/b")]},
+        "--model_config_file names ['m'] more than once.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "fragment"), BAD_CONFIGS)
+def test_server_config_checks_the_rules_between_its_fields(fields, fragment):
+    with pytest.raises(ValueError) as caught:
+        ServerConfig(**fields)
+    assert fragment in str(caught.value)
+
+
+def test_server_config_checks_its_repository_fields_against_the_repository(repository):
+    with pytest.raises(ValueError) as caught:
+        ServerConfig(model_repository=str(repository), load_models=["a"])
+    assert "--load_model takes effect only with --model_control_mode explicit" in str(caught.value)
+    with pytest.raises(ValueError) as caught:
+        ServerConfig(models=[ServedModel("a", "/a")], model_repository=str(repository))
+    assert "holds models named as models of --model_base_path" in str(caught.value)
+    config = ServerConfig(model_repository=str(repository), routes={"b": {1: 1.0}})
+    assert config.startup_models() == ("a", "b")
+
+
+@pytest.mark.subprocess
+def test_check_flags_refuses_what_from_flags_refuses_without_importing_tensorflow(tmp_path):
+    """What ``lifecycle serve`` runs first: the flags' rules and the fields' rules, no TF."""
+    code = """
+import sys
+from lifecycle.server._flags import check_flags
+for flags in ({"route": ["risk=1:1"]}, {"tensorflow_session_parallelism": 1,
+        "tensorflow_intra_op_parallelism": 1, "tensorflow_inter_op_parallelism": 1},
+        {"enable_batching": True, "batching_parameters_file": sys.argv[1]}):
+    try:
+        check_flags(**flags)
+    except ValueError as error:
+        print(str(error).split(":")[0].split(" or ")[0])
+print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))
+"""
+    path = tmp_path / "batching.config"
+    path.write_text("pad_variable_length_inputs: true\n")
+    env = {k: v for k, v in os.environ.items() if k != "LIFECYCLE_ADMIN_TOKEN"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "--route names models that are not served",
+        "Set either --tensorflow_session_parallelism",
+        f"--batching_parameters_file '{path}' asks for pad_variable_length_inputs, which "
+        "lifecycle serve does not do",
+        "[]",
+    ]

@@ -4,9 +4,9 @@ The command's options are made from the flags' declarations
 (``lifecycle/server/_flags.py``, and ``--allocator`` of ``_allocator``): one
 typer option per flag, with its type, default and help. The flags are
 TensorFlow Serving's model server's where they mean the same, and Triton's for
-its model repository. They are checked before TensorFlow is imported (the
-declarations' checks, which import no TensorFlow), so a bad one is refused at
-once; the library, TensorFlow and the server are imported only when the
+its model repository. They are checked before TensorFlow is imported
+(``_flags.check_flags``, which imports no TensorFlow), so a bad one is refused
+at once; the library, TensorFlow and the server are imported only when the
 command runs, so ``--help`` answers at once too.
 """
 
@@ -121,7 +121,10 @@ def run(given: dict[str, Any]) -> None:
     """Check the flags, then start the server (what ``lifecycle serve`` does)."""
     assert _flags is not None
     flags = server_flags(given)
-    try:  # before TensorFlow is imported, which takes seconds
+    # The flags' rules and the rules of the fields they make, before TensorFlow is
+    # imported (seconds), so that a bad flag is refused at once; from_flags below
+    # applies the same rules again, as it is also called on its own.
+    try:
         _flags.check_flags(**flags)
     except (ValueError, FileNotFoundError) as error:
         raise refuse(error) from None

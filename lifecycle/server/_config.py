@@ -9,18 +9,18 @@ with its generated code, so a file written for TensorFlow Serving works as is.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from .._registry import BatchingPolicy, SwapPolicy, VersionPolicy
 from . import _flags, _rules
-from ._flags import validator
-from ._rules import ADMIN_TOKEN_ENV, REPOSITORY_POLL_SECS, is_loopback
+from ._batching_file import read_batching_parameters
+from ._flags import FLAG, flag_field
+from ._rules import ADMIN_TOKEN_ENV, is_loopback
 
 __all__ = [
     "ADMIN_TOKEN_ENV",
@@ -161,95 +161,89 @@ class ServerConfig:
     """
 
     models: tuple[ServedModel, ...] = attrs.field(default=(), converter=tuple)
-    rest_api_port: int = attrs.field(default=8501, validator=validator("rest_api_port"))
-    grpc_port: int = attrs.field(default=8500, validator=validator("port"))
-    grpc_max_threads: int = attrs.field(default=16, validator=validator("grpc_max_threads"))
-    host: str = "127.0.0.1"
-    memory_budget: int | None = attrs.field(default=None, validator=validator("memory_budget"))
-    max_loaded: int | None = attrs.field(default=None, validator=validator("max_loaded"))
-    max_request_bytes: int = attrs.field(
-        default=64 * 2**20, validator=validator("max_request_bytes")
-    )
-    max_connections: int = attrs.field(default=512, validator=validator("max_connections"))
-    body_read_timeout_seconds: float = attrs.field(
-        default=30.0, validator=validator("body_read_timeout_seconds")
-    )
-    max_queued_requests: int = attrs.field(default=256, validator=validator("max_queued_requests"))
-    max_json_depth: int = attrs.field(default=64, validator=validator("max_json_depth"))
-    max_request_rows: int = attrs.field(default=65536, validator=validator("max_request_rows"))
-    drain_seconds: float = attrs.field(default=10.0, validator=validator("drain_seconds"))
-    file_system_poll_wait_seconds: float = attrs.field(
-        default=1.0, validator=validator("file_system_poll_wait_seconds")
-    )
+    # A field a flag sets takes the flag's default and check (lifecycle/server/_flags.py).
+    rest_api_port: int = flag_field("rest_api_port")
+    grpc_port: int = flag_field("port")
+    grpc_max_threads: int = flag_field("grpc_max_threads")
+    host: str = flag_field("host")
+    memory_budget: int | None = flag_field("memory_budget")
+    max_loaded: int | None = flag_field("max_loaded")
+    max_request_bytes: int = flag_field("max_request_bytes")
+    max_connections: int = flag_field("max_connections")
+    body_read_timeout_seconds: float = flag_field("body_read_timeout_seconds")
+    max_queued_requests: int = flag_field("max_queued_requests")
+    max_json_depth: int = flag_field("max_json_depth")
+    max_request_rows: int = flag_field("max_request_rows")
+    drain_seconds: float = flag_field("drain_seconds")
+    file_system_poll_wait_seconds: float = flag_field("file_system_poll_wait_seconds")
     loader_nice: int | None = 10 if sys.platform.startswith("linux") else None
     loader_gil_share: float = 0.5
-    loader_foreground_bytes: int = attrs.field(
-        default=_rules.LOADER_FOREGROUND_BYTES,
-        validator=validator("loader_foreground_bytes"),
-    )
+    loader_foreground_bytes: int = flag_field("loader_foreground_bytes")
     freeze_heap: bool = True
     tune_allocator: bool = True
-    admin_api: bool = True
+    admin_api: bool = flag_field("admin_api")
     # Never in repr(): configs get logged.
-    admin_token: str | None = attrs.field(default=None, repr=False)
-    sticky_key_header: str = attrs.field(
-        default="X-Lifecycle-Key", validator=validator("sticky_key_header")
-    )
-    swap_policy: SwapPolicy = attrs.field(
-        default=SwapPolicy.AVAILABILITY_PRESERVING,
+    admin_token: str | None = flag_field("admin_token", repr=False)
+    sticky_key_header: str = flag_field("sticky_key_header")
+    # An attrs field, not a default value shared by instances (ruff knows attrs.field only).
+    swap_policy: SwapPolicy = flag_field(  # noqa: RUF009
+        "swap_policy",
         converter=lambda p: (
             p if isinstance(p, SwapPolicy) else SwapPolicy(_rules.swap_policy_name(p))
         ),
+        validator=None,  # the converter checks the name
     )
+    # Derived from several flags by `from_flags` (`_flags.flag_rules`).
     routes: Mapping[str, Mapping[str | int, float]] = attrs.field(
         factory=dict, converter=lambda d: {name: dict(w) for name, w in dict(d).items()}
     )
     batching: BatchingPolicy | None = None
-    intra_op_parallelism: int = attrs.field(
-        default=0, validator=validator("tensorflow_intra_op_parallelism")
-    )
-    inter_op_parallelism: int = attrs.field(
-        default=0, validator=validator("tensorflow_inter_op_parallelism")
-    )
-    access_log: bool = False
+    intra_op_parallelism: int = flag_field("tensorflow_intra_op_parallelism")
+    inter_op_parallelism: int = flag_field("tensorflow_inter_op_parallelism")
+    access_log: bool = flag_field("access_log")
 
-    model_repository: str | None = attrs.field(
-        default=None,
+    model_repository: str | None = flag_field(
+        "model_repository",
+        # The path only: its model directories are checked at start-up (by the flags'
+        # rules), as a model added later may be anything until it is loaded.
         converter=lambda p: None if p is None else _rules.repository_path(p, models=False),
     )
-    model_control_mode: str = attrs.field(default="none", converter=_rules.control_mode)
-    load_models: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    repository_poll_secs: float = attrs.field(
-        default=REPOSITORY_POLL_SECS,
-        validator=validator("repository_poll_secs"),
+    # Not given (None): Triton's default, "none".
+    model_control_mode: str = flag_field(
+        "model_control_mode", converter=_rules.control_mode, validator=None
     )
+    load_models: tuple[str, ...] = flag_field("load_model", converter=tuple)
+    # Not given (None): Triton's default, 15 seconds.
+    repository_poll_secs: float = flag_field("repository_poll_secs", converter=_flags.poll_secs)
+    # The repository's models to load at start-up: scanned once, when the config is made.
+    _startup: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        names = [model.name for model in self.models]
-        twice = sorted({name for name in names if names.count(name) > 1})
-        if twice:
-            raise ValueError(f"--model_config_file names {twice} more than once.")
-        started = self.startup_models()
-        _rules.check_routes(self.routes, [*names, *started])
-        _rules.check_admin(self.host, self.admin_api, self.admin_token)
+        # The rules between fields, here once: a config built directly is checked too.
+        started = _rules.check_fields(
+            models=[model.name for model in self.models],
+            routes=self.routes,
+            repository=self.model_repository,
+            mode=self.model_control_mode,
+            load_models=self.load_models,
+            poll_secs=self.repository_poll_secs,
+            host=self.host,
+            admin_api=self.admin_api,
+            admin_token=self.admin_token,
+        )
+        object.__setattr__(self, "_startup", started)  # frozen: set once, here
 
     def startup_models(self) -> tuple[str, ...]:
         """The models of :attr:`model_repository` to load at start-up, as its control mode says.
 
-        Raises:
-            ValueError: The repository's models collide with :attr:`models`, or
-                :attr:`load_models` names a model it does not hold.
+        The repository was scanned when the config was made, and checked then:
+        its models do not collide with :attr:`models`, and it holds every
+        model of :attr:`load_models`.
         """
-        return _rules.startup_models(
-            self.model_repository,
-            self.model_control_mode,
-            self.load_models,
-            self.repository_poll_secs,
-            [model.name for model in self.models],
-        )
+        return self._startup
 
     @classmethod
-    def from_flags(cls, **flags: Any) -> ServerConfig:
+    def from_flags(cls, **given: Any) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
         The keywords are the flags of ``lifecycle serve`` without their dashes,
@@ -286,170 +280,40 @@ class ServerConfig:
                 the config file is malformed; the message names the flag.
             FileNotFoundError: The config file or a base path does not exist.
         """
-        flags = _flags.with_defaults(flags)
-        _flags.check_flags(**flags)  # what needs no TensorFlow, as the command checks first
+        # 1. Every flag: given, else its declared default.
+        flags = _flags.with_defaults(given)
+        # 2. What exists only as flags, checked (messages show the flag's value); the
+        #    fields made of several flags. The fields' own rules run in cls(...).
+        derived = _flags.flag_rules(flags)
+        # 3. The models: the config file's, or the base path's; then their factories,
+        #    imported now, so that a bad one is refused before anything loads.
         models: tuple[ServedModel, ...] = ()
         if flags["model_config_file"] is not None:
             models = read_model_config(flags["model_config_file"])
         elif flags["model_base_path"] is not None:
             base = _rules.base_path(flags["model_base_path"])
             models = (ServedModel(flags["model_name"] or "default", base),)
-        models = _with_factories(models, flags["model_factory"])
-        # Flags named as a field set it as given; the others are derived here.
-        fields = attrs.fields_dict(cls)
-        settings = {name: value for name, value in flags.items() if name in fields}
-        token, poll_secs = flags["admin_token"], flags["repository_poll_secs"]
-        settings.update(
-            admin_token=token if token is not None else _rules.env_token(),
-            repository_poll_secs=REPOSITORY_POLL_SECS if poll_secs is None else poll_secs,
+        targets = _rules.factory_names(flags["model_factory"], [model.name for model in models])
+        models = tuple(
+            attrs.evolve(model, factory=import_factory(targets[model.name]))
+            if model.name in targets
+            else model
+            for model in models
         )
-        return cls(
-            models=models,
-            grpc_port=flags["port"],
-            load_models=flags["load_model"],
-            routes=dict(_rules.parse_route(spec) for spec in flags["route"]),
-            batching=_batching(
-                flags["enable_batching"],
-                flags["batching_parameters_file"],
-                {name: flags[name] for name in _rules.BATCHING_FLAGS},
-                flags["batch_return_wait"],
-            ),
-            **_rules.parallelism(
-                flags["tensorflow_session_parallelism"],
-                flags["tensorflow_intra_op_parallelism"],
-                flags["tensorflow_inter_op_parallelism"],
-            ),
-            **settings,
-        )
+        # 4. The fields: each set by the flag its metadata names, or derived above.
+        fields = {
+            field.name: flags[field.metadata[FLAG]]
+            for field in attrs.fields(cls)
+            if FLAG in field.metadata
+        }
+        # 5. The config, which checks its fields, and the rules between them, once.
+        return cls(models=models, **(fields | derived))
 
 
 # The keywords of `from_flags`, for help() and inspect: one per flag of lifecycle/server/_flags.py.
 ServerConfig.from_flags.__func__.__signature__ = _flags.signature(  # type: ignore[attr-defined]
     first="cls", returns="ServerConfig"
 )
-
-
-def _batching(
-    enabled: bool, path: str | None, flags: dict[str, Any], return_wait: float | None
-) -> BatchingPolicy | None:
-    """The batching policy of the batching file or flags, or None without ``--enable_batching``.
-
-    ``--batch_return_wait`` (``return_wait``) is not a TensorFlow Serving
-    parameter, so it combines with the file as well as with the flags.
-    """
-    given = _rules.batching_flags(enabled, path, flags)
-    if not enabled:
-        return None
-    if path is None:
-        return _rules.batching_policy(given, return_wait)
-    wait = {} if return_wait is None else {"return_wait": return_wait}
-    try:
-        return attrs.evolve(read_batching_parameters(path), **wait)
-    except ValueError as error:
-        raise ValueError(_rules.batching_message(error)) from None
-
-
-# TensorFlow Serving's BatchingParameters (servables/tensorflow/session_bundle_config.proto),
-# which its Python package does not ship: (number, name, type, wrapper, repeated).
-_BATCHING_FIELDS = (
-    (1, "max_batch_size", "TYPE_MESSAGE", "Int64Value", False),
-    (2, "batch_timeout_micros", "TYPE_MESSAGE", "Int64Value", False),
-    (3, "max_enqueued_batches", "TYPE_MESSAGE", "Int64Value", False),
-    (4, "num_batch_threads", "TYPE_MESSAGE", "Int64Value", False),
-    (5, "thread_pool_name", "TYPE_MESSAGE", "StringValue", False),
-    (6, "allowed_batch_sizes", "TYPE_INT64", None, True),
-    (7, "pad_variable_length_inputs", "TYPE_BOOL", None, False),
-)
-# TensorFlow Serving's defaults for the fields a file leaves out (BasicBatchScheduler::Options).
-_BATCHING_DEFAULTS = {"max_batch_size": 1000, "batch_timeout_micros": 0, "max_enqueued_batches": 10}
-
-
-@functools.cache
-def _batching_parameters_class() -> Any:
-    """The message class of ``tensorflow.serving.BatchingParameters``, built from its fields."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, wrappers_pb2
-
-    pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(wrappers_pb2.DESCRIPTOR.serialized_pb)
-    proto = descriptor_pb2.FileDescriptorProto(
-        name="lifecycle/batching_parameters.proto",
-        package="tensorflow.serving",
-        syntax="proto3",
-        dependency=["google/protobuf/wrappers.proto"],
-    )
-    message = proto.message_type.add(name="BatchingParameters")
-    field = descriptor_pb2.FieldDescriptorProto
-    for number, name, kind, wrapper, repeated in _BATCHING_FIELDS:
-        message.field.add(
-            name=name,
-            number=number,
-            type=getattr(field, kind),
-            label=field.LABEL_REPEATED if repeated else field.LABEL_OPTIONAL,
-            type_name=f".google.protobuf.{wrapper}" if wrapper else None,
-        )
-    pool.Add(proto)
-    descriptor = pool.FindMessageTypeByName("tensorflow.serving.BatchingParameters")
-    return message_factory.GetMessageClass(descriptor)
-
-
-def read_batching_parameters(path: str) -> BatchingPolicy:
-    """The batching policy of a TensorFlow Serving ``--batching_parameters_file``.
-
-    The file is TensorFlow Serving's ``BatchingParameters`` message in protobuf
-    text format, parsed by protobuf itself, so a file written for TensorFlow
-    Serving works as is::
-
-        max_batch_size { value: 32 }
-        batch_timeout_micros { value: 1000 }
-        max_enqueued_batches { value: 100 }
-        num_batch_threads { value: 2 }
-        allowed_batch_sizes: [8, 16, 32]
-
-    Fields left out take TensorFlow Serving's defaults: ``max_batch_size``
-    1000, ``batch_timeout_micros`` 0, ``max_enqueued_batches`` 10 and
-    ``num_batch_threads`` :class:`~lifecycle.BatchingPolicy`'s default.
-    ``thread_pool_name`` is accepted and has no effect (the callers run the
-    batches; there is no pool to name).
-
-    Raises:
-        FileNotFoundError: The file does not exist.
-        ValueError: The file does not parse, a value is out of range, or it
-            asks for ``pad_variable_length_inputs`` (requests of different
-            shapes are batched apart, never padded to each other).
-    """
-    flag = f"--batching_parameters_file {path!r}"
-    known = ", ".join(name for _, name, *_ in _BATCHING_FIELDS)
-    parameters = _rules.parse_text(
-        path, flag, _batching_parameters_class()(), f" (fields read: {known})"
-    )
-    if parameters.pad_variable_length_inputs:
-        raise ValueError(
-            f"{flag} asks for pad_variable_length_inputs, which lifecycle serve does not "
-            "do: requests whose inputs differ in shape beyond the batch dimension go in "
-            "separate batches. Leave it out or set it to false."
-        )
-    values: dict[str, Any] = dict(_BATCHING_DEFAULTS)
-    for _, name, _, wrapper, _ in _BATCHING_FIELDS:
-        if wrapper == "Int64Value" and parameters.HasField(name):
-            values[name] = getattr(parameters, name).value
-    values["allowed_batch_sizes"] = tuple(parameters.allowed_batch_sizes)
-    try:
-        return BatchingPolicy(**values)
-    except ValueError as error:
-        raise ValueError(f"{flag}: {error}".replace("`", "")) from None
-
-
-def _with_factories(
-    models: tuple[ServedModel, ...], specs: Sequence[str]
-) -> tuple[ServedModel, ...]:
-    """``models`` with the factories of ``--model_factory`` values, imported now."""
-    targets = _rules.factory_names(specs, [model.name for model in models])
-    return tuple(
-        attrs.evolve(model, factory=import_factory(targets[model.name]))
-        if model.name in targets
-        else model
-        for model in models
-    )
 
 
 def import_factory(target: str) -> Callable[[], Any]:

@@ -5,16 +5,20 @@ name, type, default, help and check. From the one list, :data:`FLAGS`:
 
 * ``lifecycle serve`` makes its command-line options (``lifecycle/cli/_serve.py``,
   which adds the process's ``--allocator``);
-* :meth:`ServerConfig.from_flags <lifecycle.server.ServerConfig.from_flags>` and
-  :func:`check_flags` take them as keywords (:func:`signature`, :func:`with_defaults`);
-* :class:`~lifecycle.server.ServerConfig` checks the fields they set with their
-  checks (:func:`validator`);
+* :class:`~lifecycle.server.ServerConfig`'s fields that a flag sets take its
+  default and check (:func:`flag_field`), and name it in their metadata, so
+  :meth:`ServerConfig.from_flags <lifecycle.server.ServerConfig.from_flags>`
+  sets them from it; it and :func:`check_flags` take the flags as keywords
+  (:func:`signature`, :func:`with_defaults`);
 * docs/serving.md's table of flags is ``docs_table``'s output, which a test
   compares (tests/test_flags.py).
 
-The checks are the library's (``lifecycle/_core/_checks.py``); the ones that
-involve several flags are in :mod:`._rules`. Neither module imports
-TensorFlow: the command checks the flags first, and refuses a bad one at once.
+Each rule is checked in one place: what exists only as flags (the model flags
+together, the parallelism triple, the batching flags and file, a route's syntax)
+in :func:`flag_rules`; what holds between fields (models, repository, routes,
+admin token and host) in ``ServerConfig``, with :func:`._rules.check_fields`.
+:func:`check_flags` runs both, without TensorFlow: ``lifecycle serve`` checks
+its flags first, and refuses a bad one at once.
 """
 
 from __future__ import annotations
@@ -26,26 +30,28 @@ from typing import Any
 
 import attrs
 
+from .._core._batcher import BatchingPolicy
 from .._core._checks import check_number
 from .._core._flag import Check, Flag, docs_table
+from ._batching_file import read_batching_parameters
 from ._rules import (
     ADMIN_TOKEN_ENV,
     BATCHING_FLAGS,
     LOADER_FOREGROUND_BYTES,
     REPOSITORY_POLL_SECS,
+    base_path,
     batching_flags,
+    batching_message,
     batching_policy,
-    check_admin,
+    check_fields,
     check_header,
-    check_routes,
-    configured_models,
+    config_entries,
     control_mode,
     env_token,
     factory_names,
-    parallelism,
     parse_route,
+    read_model_server_config,
     repository_path,
-    startup_models,
     swap_policy_name,
 )
 
@@ -53,11 +59,15 @@ from ._rules import (
 from ._rules import SWAP_POLICIES as SWAP_POLICIES
 
 __all__ = [
+    "FLAG",
     "FLAGS",
     "Flag",
     "by_name",
     "check_flags",
     "docs_table",
+    "flag_field",
+    "flag_rules",
+    "poll_secs",
     "signature",
     "validator",
     "with_defaults",
@@ -391,6 +401,8 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 _BY_NAME = {flag.name: flag for flag in FLAGS}
+#: The key of an attrs field's ``metadata`` that names the flag setting it (:func:`flag_field`).
+FLAG = "lifecycle.flag"
 
 
 def by_name(name: str) -> Flag:
@@ -450,13 +462,117 @@ def validator(name: str) -> Callable[[Any, Any, Any], None]:
     return validate
 
 
+def flag_field(name: str, **kwargs: Any) -> Any:
+    """An attrs field that flag ``name`` sets: its default and its check are the flag's.
+
+    The field's ``metadata[FLAG]`` names the flag, which is how
+    ``ServerConfig.from_flags`` knows which flag sets it, and a test that no
+    default is written twice.
+
+    Args:
+        name: The flag's keyword (``"port"`` for the field ``grpc_port``).
+        **kwargs: More of ``attrs.field``'s arguments (``converter``, ``repr``);
+            ``validator=None`` where the converter is the check.
+    """
+    flag = by_name(name)
+    kwargs.setdefault("validator", None if flag.check is None else validator(name))
+    return attrs.field(default=flag.default, metadata={FLAG: name}, **kwargs)
+
+
+def poll_secs(value: float | None) -> float:
+    """``--repository_poll_secs``, Triton's 15 seconds when not given."""
+    return REPOSITORY_POLL_SECS if value is None else value
+
+
+def flag_rules(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """Check what exists only as flags; the ``ServerConfig`` fields they make.
+
+    Each flag's own check (its message shows the flag's value), then the rules of
+    flags that only flags have: the model flags together, the three parallelism
+    flags, the batching flags and their file, each ``--route``'s syntax. The
+    rules of the fields they make are ``ServerConfig``'s (:func:`._rules.check_fields`).
+
+    Args:
+        flags: Every server flag's value (:func:`with_defaults`).
+
+    Returns:
+        The keywords of ``ServerConfig`` that a flag does not set as given:
+        ``admin_token`` (or the environment's), ``model_repository`` (absolute),
+        ``routes``, ``batching``, ``intra_op_parallelism`` and
+        ``inter_op_parallelism``.
+
+    Raises:
+        ValueError: A flag is out of range or does not go with the others.
+        FileNotFoundError: The batching parameters file or the repository does not
+            exist.
+    """
+    for flag in FLAGS:
+        if flag.server and flag.check is not None:
+            flag.check(flags[flag.name], flag.flag)
+    if flags["model_config_file"] is not None and (flags["model_base_path"] or flags["model_name"]):
+        raise ValueError(
+            "--model_config_file cannot be combined with --model_name/--model_base_path."
+        )
+    if flags["model_name"] is not None and flags["model_base_path"] is None:
+        raise ValueError("--model_name needs --model_base_path.")
+    session, intra, inter = (
+        flags["tensorflow_session_parallelism"],
+        flags["tensorflow_intra_op_parallelism"],
+        flags["tensorflow_inter_op_parallelism"],
+    )
+    if session and intra and inter:
+        raise ValueError(
+            "Set either --tensorflow_session_parallelism or --tensorflow_intra_op_parallelism"
+            " and --tensorflow_inter_op_parallelism, not all three (as TensorFlow Serving)."
+        )
+    if not (intra or inter):  # as TensorFlow Serving: the two flags win over the one
+        intra = inter = session
+    token, repository = flags["admin_token"], flags["model_repository"]
+    return {
+        # On a command line a secret is visible to every user of the machine (ps).
+        "admin_token": token if token is not None else env_token(),
+        # Each model directory too, at start-up only: a model added later that is not a
+        # directory of versions fails to load, and says so.
+        "model_repository": None if repository is None else repository_path(repository),
+        "routes": dict(parse_route(spec) for spec in flags["route"]),
+        "batching": _batching(flags),
+        "intra_op_parallelism": intra,
+        "inter_op_parallelism": inter,
+    }
+
+
+def _batching(flags: Mapping[str, Any]) -> BatchingPolicy | None:
+    """The batching policy of the batching file or flags; ``None`` without ``--enable_batching``.
+
+    Without ``--enable_batching`` the file is not read, as in TensorFlow Serving.
+    ``--batch_return_wait`` is not a TensorFlow Serving parameter, so it goes
+    with the file as well as with the flags.
+    """
+    path, wait = flags["batching_parameters_file"], flags["batch_return_wait"]
+    given = batching_flags(
+        flags["enable_batching"], path, {name: flags[name] for name in BATCHING_FLAGS}
+    )
+    if not flags["enable_batching"]:
+        return None
+    if path is None:
+        return batching_policy(given, wait)
+    try:
+        policy = read_batching_parameters(path)
+        return policy if wait is None else attrs.evolve(policy, return_wait=wait)
+    except ValueError as error:
+        raise ValueError(batching_message(error)) from None
+
+
 def check_flags(**given: Any) -> dict[str, Any]:
     """Check the server's flags, without TensorFlow; returns them with the defaults.
 
-    Takes the keywords of :meth:`ServerConfig.from_flags`, which calls it first.
-    Each flag's own check runs, then the rules of flags that go together.
-    Left for later: importing ``--model_factory`` functions, and whether
-    version directories hold versions that load.
+    What ``lifecycle serve`` runs before it imports TensorFlow, which takes
+    seconds, so that a bad flag is refused at once. Takes the keywords of
+    :meth:`ServerConfig.from_flags`, and checks what it checks, with the same
+    rules: :func:`flag_rules`, then ``ServerConfig``'s rules of its fields
+    (:func:`._rules.check_fields`) on the values the flags give them. Left for
+    ``from_flags``: importing ``--model_factory`` functions; for the server:
+    whether version directories hold versions that load.
 
     Raises:
         TypeError: A keyword names no flag.
@@ -465,37 +581,29 @@ def check_flags(**given: Any) -> dict[str, Any]:
         FileNotFoundError: A path that a flag names does not exist.
     """
     flags = with_defaults(given, "check_flags")
-    for flag in FLAGS:
-        if flag.server and flag.check is not None:
-            flag.check(flags[flag.name], flag.flag)
-    token = flags["admin_token"]
-    check_admin(flags["host"], flags["admin_api"], token if token is not None else env_token())
-    parallelism(
-        flags["tensorflow_session_parallelism"],
-        flags["tensorflow_intra_op_parallelism"],
-        flags["tensorflow_inter_op_parallelism"],
+    fields = flag_rules(flags)
+    # The models' names, as ServerConfig.from_flags reads them (without their policies).
+    config_file = flags["model_config_file"]
+    models: list[str] = []
+    if config_file is not None:
+        config = read_model_server_config(config_file)
+        entries = config_entries(config, f"--model_config_file {config_file!r}")
+        models = [entry.name for entry, _ in entries]
+    elif flags["model_base_path"] is not None:
+        base_path(flags["model_base_path"])
+        models = [flags["model_name"] or "default"]
+    factory_names(flags["model_factory"], models)
+    check_fields(
+        models=models,
+        routes=fields["routes"],
+        repository=fields["model_repository"],
+        mode=flags["model_control_mode"],
+        load_models=flags["load_model"],
+        poll_secs=poll_secs(flags["repository_poll_secs"]),
+        host=flags["host"],
+        admin_api=flags["admin_api"],
+        admin_token=fields["admin_token"],
     )
-    enabled, path = flags["enable_batching"], flags["batching_parameters_file"]
-    batching = batching_flags(enabled, path, {name: flags[name] for name in BATCHING_FLAGS})
-    if enabled:  # the policy's own ranges (the file's values are read later)
-        batching_policy(batching if path is None else {}, flags["batch_return_wait"])
-    configured = configured_models(
-        flags["model_name"], flags["model_base_path"], flags["model_config_file"]
-    )
-    repository = flags["model_repository"]
-    started = startup_models(
-        None if repository is None else repository_path(repository),
-        flags["model_control_mode"],
-        flags["load_model"],
-        (
-            REPOSITORY_POLL_SECS
-            if flags["repository_poll_secs"] is None
-            else flags["repository_poll_secs"]
-        ),
-        configured,
-    )
-    check_routes([parse_route(spec)[0] for spec in flags["route"]], [*configured, *started])
-    factory_names(flags["model_factory"], configured)
     return flags
 
 

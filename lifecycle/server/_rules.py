@@ -1,11 +1,12 @@
 """The rules of the server's flags that need no TensorFlow: values, paths, files, batching.
 
-:mod:`._flags` declares each flag once and checks it with these; the checks that
-involve several flags (a model flag and a config file, the repository flags, the
-batching flags and their file, the admin token and the host) are here too. This
-module imports the library's pure-Python core only, and protobuf for the config
-files: ``lifecycle serve`` runs them before it imports TensorFlow, which takes
-seconds. Every message names the flag and shows the value received.
+:mod:`._flags` declares each flag once and checks it with these. The rules of
+settings that go together (the models and the repository, the routes, the admin
+token and the host) are one function, :func:`check_fields`, which
+``ServerConfig`` applies to its fields. This module imports the library's
+pure-Python core only, and protobuf for the config files: ``lifecycle serve``
+runs them before it imports TensorFlow, which takes seconds. Every message names
+the flag and shows the value received.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from .._core._batcher import BatchingPolicy
 from .._core._checks import check_label, check_number, invalid
+from .._core._model_dirs import repository_models  # the registry's listing, TF-free
 
 __all__ = [
     "ADMIN_TOKEN_ENV",
@@ -32,17 +34,15 @@ __all__ = [
     "batching_message",
     "batching_policy",
     "check_admin",
+    "check_fields",
     "check_header",
     "check_labels",
-    "check_routes",
     "config_entries",
-    "configured_models",
     "control_mode",
     "env_token",
     "factory_names",
     "factory_target",
     "is_loopback",
-    "parallelism",
     "parse_route",
     "parse_text",
     "read_model_server_config",
@@ -87,24 +87,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # a host name: it may resolve beyond loopback
         return False
-
-
-def parallelism(session: int, intra: int, inter: int) -> dict[str, int]:
-    """The thread counts of TensorFlow Serving's three parallelism flags, checked together."""
-    for flag, value in (
-        ("--tensorflow_session_parallelism", session),
-        ("--tensorflow_intra_op_parallelism", intra),
-        ("--tensorflow_inter_op_parallelism", inter),
-    ):
-        check_number(value, flag, integer=True)
-    if session and intra and inter:
-        raise ValueError(
-            "Set either --tensorflow_session_parallelism or --tensorflow_intra_op_parallelism"
-            " and --tensorflow_inter_op_parallelism, not all three (as TensorFlow Serving)."
-        )
-    if not (intra or inter):  # as TensorFlow Serving: the two flags win over the one
-        intra = inter = session
-    return {"intra_op_parallelism": intra, "inter_op_parallelism": inter}
 
 
 # -- words ----------------------------------------------------------------------------
@@ -199,13 +181,6 @@ def parse_route(spec: str) -> tuple[str, dict[str | int, float]]:
     return name.strip(), weights
 
 
-def check_routes(names: Collection[str], served: Collection[str]) -> None:
-    """Routes name models served from start-up."""
-    unknown = sorted(set(names) - set(served))
-    if unknown:
-        raise ValueError(f"--route names models that are not served: {unknown}")
-
-
 def factory_target(target: str) -> tuple[str, str]:
     """``(module, function)`` of a ``--model_factory`` ``module:function``."""
     module, sep, function = target.partition(":")
@@ -282,20 +257,6 @@ def base_path(path: str, flag: str = "--model_base_path") -> str:
     layout = "<base_path>/<version>/"
     _not_a_model(path, f"{flag} {path!r}", layout, os.path.join(path, "1", ""), hint)
     return path
-
-
-def repository_models(path: str) -> list[str]:
-    """The model names of a repository: its directories, but dot-directories, sorted.
-
-    A name is a directory's name, so never empty and never with ``/``: a
-    valid model name. Files and dot-directories (``.git``, a model being
-    written aside) are ignored.
-    """
-    try:
-        entries = list(os.scandir(path))
-    except OSError:  # removed meanwhile: no models
-        return []
-    return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_dir())
 
 
 def repository_path(path: str, flag: str = "--model_repository", *, models: bool = True) -> str:
@@ -387,6 +348,53 @@ def startup_models(
             f"{repository!r}. Its models: {names}"
         )
     return tuple(dict.fromkeys(load_models))
+
+
+def check_fields(
+    *,
+    models: Sequence[str],
+    routes: Collection[str],
+    repository: str | None,
+    mode: str,
+    load_models: Sequence[str],
+    poll_secs: float,
+    host: str,
+    admin_api: bool,
+    admin_token: str | None,
+) -> tuple[str, ...]:
+    """The rules of the server's settings that go together; the repository's start-up models.
+
+    ``ServerConfig`` checks its fields with these once, when built; ``lifecycle
+    serve`` checks the values its flags give them before it imports TensorFlow.
+    The repository is scanned once, here, for the start-up models.
+
+    Args:
+        models: The names of the models of ``--model_base_path`` or
+            ``--model_config_file``.
+        routes: The models ``--route`` sets routes of.
+        repository: ``--model_repository``, checked, or ``None``.
+        mode: ``--model_control_mode``.
+        load_models: ``--load_model`` values.
+        poll_secs: ``--repository_poll_secs``.
+        host: ``--host``.
+        admin_api: Whether the admin API is served (``--no_admin_api`` not given).
+        admin_token: ``--admin_token``, or the one of the environment.
+
+    Returns:
+        The repository's models to load at start-up.
+
+    Raises:
+        ValueError: The settings do not go together; the message names the flags.
+    """
+    twice = sorted({name for name in models if models.count(name) > 1})
+    if twice:
+        raise ValueError(f"--model_config_file names {twice} more than once.")
+    started = startup_models(repository, mode, load_models, poll_secs, models)
+    unknown = sorted(set(routes) - {*models, *started})
+    if unknown:
+        raise ValueError(f"--route names models that are not served: {unknown}")
+    check_admin(host, admin_api, admin_token)
+    return started
 
 
 # -- files ----------------------------------------------------------------------------
@@ -506,28 +514,3 @@ def batching_flags(enabled: bool, path: str | None, flags: Mapping[str, Any]) ->
                 f"--allowed_batch_sizes takes comma-separated integers. Received: {allowed!r}"
             ) from None
     return given
-
-
-def configured_models(
-    model_name: str | None, model_base_path: str | None, model_config_file: str | None
-) -> list[str]:
-    """The names of the models of TensorFlow Serving's model flags, the flags checked.
-
-    Raises:
-        ValueError: The flags do not go together, or the config file is malformed.
-        FileNotFoundError: The config file or a base path does not exist.
-    """
-    if model_config_file is not None and (model_base_path or model_name):
-        raise ValueError(
-            "--model_config_file cannot be combined with --model_name/--model_base_path."
-        )
-    if model_config_file is not None:
-        config = read_model_server_config(model_config_file)
-        flag = f"--model_config_file {model_config_file!r}"
-        return [entry.name for entry, _ in config_entries(config, flag)]
-    if model_base_path is not None:
-        base_path(model_base_path)
-        return [model_name or "default"]
-    if model_name is not None:
-        raise ValueError("--model_name needs --model_base_path.")
-    return []
