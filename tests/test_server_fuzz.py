@@ -29,11 +29,13 @@ from tensorflow_serving.apis import input_pb2
 
 import lifecycle as lc
 from lifecycle import NamedTensorSpec
-from lifecycle.server import ModelService, ServerConfig, _json, _kserve, _tfserving
+from lifecycle.server import ModelService, ServerConfig, _json
 from lifecycle.server._config import read_batching_parameters, read_model_config
 from lifecycle.server._errors import BadRequestError, PayloadTooLargeError, error_status
-from lifecycle.server._examples import examples_from_input, examples_from_json
-from lifecycle.server._tensorproto import decode_tensor_proto
+from lifecycle.server.kserve import _rest as kserve_rest
+from lifecycle.server.tfserving import _rest as tfserving_rest
+from lifecycle.server.tfserving._examples import examples_from_input, examples_from_json
+from lifecycle.server.tfserving._tensorproto import decode_tensor_proto
 
 # -- files an operator writes: the model config and the batching parameters ------------------
 
@@ -394,7 +396,7 @@ def test_a_tensorflow_serving_predict_body() -> None:
             body = data.draw(st.one_of(kinds.map(_body), st.binary(max_size=64)))
             try:
                 with bounded_allocation(len(body), "TF Serving JSON"):
-                    answer = _tfserving._run("predict", service, model, None, None, body, None)
+                    answer = tfserving_rest._run("predict", service, model, None, None, body, None)
             except Exception as error:
                 _refused_as_a_client_error(error)
                 return
@@ -451,7 +453,7 @@ def test_a_kserve_v2_infer_body() -> None:
             body, length = data.draw(st.one_of(_v2_bodies(model), _v2_bodies(model), junk))
             try:
                 with bounded_allocation(len(body), "v2"):
-                    _kserve._run_infer(service, model, None, bytearray(body), length, None)
+                    kserve_rest._run_infer(service, model, None, bytearray(body), length, None)
             except Exception as error:
                 _refused_as_a_client_error(error)
 

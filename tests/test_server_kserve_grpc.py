@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 import lifecycle as lc
 from lifecycle.server import ServerConfig
-from lifecycle.server._open_inference import SERVICE, methods
+from lifecycle.server.kserve._open_inference import SERVICE, methods
 
 TIMEOUT = 30  # seconds, every call's deadline
 TOKEN = "s3cret-token-of-the-admin"  # 16 characters or more: the server's minimum

@@ -12,16 +12,19 @@ Modules, one concern each:
 * ``_flags``: each flag declared once (name, type, default, help, check), and
   ``_rules``: the rules of flags that go together; no TensorFlow, so the command
   checks its flags first;
-* ``_service``: :class:`ModelService`, the one request path into the registry;
-* ``_tfserving``, ``_kserve``, ``_grpc``, ``_kserve_grpc``: the protocol adapters, side
-  by side (TensorFlow Serving's REST, KServe v2's REST, TensorFlow Serving's gRPC,
-  KServe v2's gRPC on the same ``grpc.Server``);
-* ``_v2tensors``: KServe v2 tensors as JSON, raw bytes and typed gRPC contents, shared
-  by both v2 adapters; ``_open_inference``: v2's gRPC messages, compiled from
-  ``open_inference.proto``;
-* ``_admin``: the admin API (promote, labels, routes), bearer tokens, sticky keys;
+* ``_service``: :class:`ModelService`, the server's models over the registry;
+* ``tfserving/`` and ``kserve/``: the protocol families side by side, each with its
+  REST face (``_rest``), its gRPC face (``_grpc``) and its codecs (TensorFlow Serving's
+  ``_tensorproto`` and ``_examples``; KServe v2's ``_tensors`` and ``_open_inference``,
+  compiled from ``open_inference.proto``); a request holds its version through
+  :meth:`ModelRegistry.serving`, from decoding to the answer;
+* ``_grpc_server``: :func:`build_grpc_server`, one ``grpc.Server`` with both
+  families' services;
+* ``_admin``: the admin API (promote, labels, routes); ``_auth``: admin credentials
+  and sticky routing keys, one check for both transports;
 * ``_errors``: the one table from exceptions to wire statuses;
-* ``_http``: JSON bodies under a size limit, shared by the adapters;
+* ``_http``: bodies under a size limit and worker threads, shared by the REST faces;
+  ``_json``: JSON in bounded pieces; ``_shapes``: a claimed shape checked before a read;
 * ``_app``: :func:`build_app` (the ASGI app) and :func:`serve` (the process, with
   the gRPC server of :func:`build_grpc_server`).
 """
@@ -49,26 +52,7 @@ if TYPE_CHECKING:
     from ._config import ServedModel as ServedModel
     from ._config import ServerConfig as ServerConfig
     from ._config import read_batching_parameters as read_batching_parameters
-    from ._grpc import build_grpc_server as build_grpc_server
+    from ._grpc_server import build_grpc_server as build_grpc_server
     from ._service import ModelService as ModelService
 
-__getattr__, __dir__ = _attach(
-    __name__,
-    {
-        "._app": ("build_app", "serve"),
-        "._config": ("ServedModel", "ServerConfig", "read_batching_parameters"),
-        "._grpc": ("build_grpc_server",),
-        "._service": ("ModelService",),
-    },
-)
-
-__all__ = [
-    "SERVE_INSTALL",
-    "ModelService",
-    "ServedModel",
-    "ServerConfig",
-    "build_app",
-    "build_grpc_server",
-    "read_batching_parameters",
-    "serve",
-]
+__getattr__, __dir__, __all__ = _attach(__name__)

@@ -34,11 +34,11 @@ from ..errors import LifecycleError, QueueFullError
 from ._admin import routes as admin_routes
 from ._config import ServerConfig
 from ._errors import ERRORS, ServerBusyError, error_status, wire_message
-from ._grpc import build_grpc_server
+from ._grpc_server import build_grpc_server
 from ._http import BodyReads, HttpLimits, blocking, json_response
-from ._kserve import routes as kserve_routes
 from ._service import ModelService
-from ._tfserving import routes as tfserving_routes
+from .kserve._rest import routes as kserve_routes
+from .tfserving._rest import routes as tfserving_routes
 
 __all__ = ["build_app", "serve"]
 
@@ -60,8 +60,8 @@ def build_app(
     Args:
         registry: Where the versions live; may already hold models of its own.
         config: The models to load and the request limits.
-        service: The request path to serve through, to share it with a gRPC
-            server (:func:`build_grpc_server`); by default one over
+        service: The service to serve (its models and configuration), to share
+            it with a gRPC server (:func:`build_grpc_server`); by default one over
             ``registry`` and ``config``. The app's start-up starts it.
 
     Returns:
@@ -336,7 +336,7 @@ def serve(config: ServerConfig) -> None:
     """
     set_parallelism(config)
     # Not over the system allocator: a low mmap threshold would map and zero every
-    # block afresh (ResNet50's training step 1.98x, docs/allocator.md).
+    # block afresh (docs/benchmarks.md, "Allocator settings": benchmarks/allocator.py).
     if config.tune_allocator and _tf.memory.cpu_allocator() != "onednn-system":
         tune_allocator()
     registry = ModelRegistry(

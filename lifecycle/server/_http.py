@@ -2,11 +2,12 @@
 
 Blocking calls (a model, a load) run on worker threads of this module's own
 pool rather than anyio's: a request takes two thread hops, and anyio's
-(capacity limiter, cancel shield, backend lookup per call) cost about twice
-the CPU of a queue put and a ``call_soon_threadsafe`` (measured), on the path
-of every prediction. The event loop itself never runs a model, nor parses or
-writes a large JSON document (``_json`` does it on a worker thread, in pieces),
-so health checks, status and admin calls are answered during a long prediction.
+(capacity limiter, cancel shield, backend lookup per call) cost several times
+the CPU of a queue put and a ``call_soon_threadsafe``, on the path of every
+prediction (``benchmarks/worker_hop.py``; docs/benchmarks.md, "Worker hop").
+The event loop itself never runs a model, nor parses or writes a large JSON
+document (``_json`` does it on a worker thread, in pieces), so health checks,
+status and admin calls are answered during a long prediction.
 
 :class:`HttpLimits` (an ASGI middleware) holds the request limits of one app:
 how long a body may take to arrive, and how many calls may wait for a worker
@@ -316,9 +317,9 @@ class _Workers:
     At most ``limit`` threads (anyio's default for its pool); a thread idle
     for ``idle_seconds`` ends, so a quiet server holds none. Not a
     ``ThreadPoolExecutor``: its ``run_in_executor`` round trip (a
-    ``concurrent.futures.Future`` and a wrapping future per call) took 1.4-2.6x
-    this pool's CPU, and drops a queued call whose request is cancelled
-    (``benchmarks/worker_hop.py``, docs/benchmarks.md).
+    ``concurrent.futures.Future`` and a wrapping future per call) costs more CPU
+    than this pool's (``benchmarks/worker_hop.py``, docs/benchmarks.md), and
+    drops a queued call whose request is cancelled.
     """
 
     def __init__(self, limit: int = 40, idle_seconds: float = 10.0) -> None:

@@ -1,8 +1,8 @@
 """JSON bodies decoded and answers encoded in bounded pieces, no deeper than a limit.
 
-orjson parses a whole document in one C call that holds the GIL: 8 MiB of
-rows of numbers took 0.1-0.5 s, 63 MiB more than a second, and no other thread
-(the event loop answering health checks) ran meanwhile. :func:`loads` first finds the
+orjson parses a whole document in one C call that holds the GIL: no other
+thread (the event loop answering health checks) runs meanwhile, for longer the
+larger the body (docs/serving.md, "Limits"). :func:`loads` first finds the
 document's structure with NumPy over the raw bytes (a few MiB per call, most of
 them without the GIL), then hands orjson pieces of at most about
 :data:`PIECE` bytes and assembles what it returns: the values orjson gives for
@@ -31,14 +31,16 @@ from ._errors import BadRequestError
 
 __all__ = ["PIECE", "LazyList", "as_array", "dumps", "loads"]
 
-#: The most bytes of JSON that orjson parses in one call (about 3 ms).
+#: The most bytes of JSON that orjson parses in one call: short enough a hold of
+#: the GIL that the event loop runs between pieces.
 PIECE = 256 * 1024
 
 # The deepest document orjson parses: depths fit in 16 bits.
 _ORJSON_DEPTH = 1024
 # The bytes scanned per NumPy pass: their temporaries stay small.
 _SCAN = 4 * 2**20
-# The numbers converted (or written) per call of NumPy (or orjson): about 2 ms.
+# The numbers converted (or written) per call of NumPy (or orjson): as short a
+# hold of the GIL as a piece of parsing.
 _ELEMENTS = 65536
 # Rows converted in one call whatever their size: a row still a list was parsed
 # in one piece (loads makes a longer one an array), so a few are a few pieces.

@@ -1,14 +1,16 @@
-"""ModelService: the one path from every protocol adapter into the registry.
+"""ModelService: what the server serves, in Triton's and TensorFlow Serving's terms.
 
-Adapters translate their wire format into calls on this object and its answers
-back; they never touch the registry themselves. Every method is blocking (it
-may run a model or load one): adapters call it on a worker thread.
+It loads the configured models and the repository's (through the registry's
+watches), answers the repository index, loads and unloads by name, reloads a
+model config, and runs the admin API's promotions, labels and routes. Requests
+do not pass through it: the protocol adapters lease a version from
+``service.registry.serving()`` and run it there. Every method is blocking (it
+may load a model): adapters call it on a worker thread.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -18,22 +20,17 @@ import attrs
 
 from .._core._checks import check_label
 from .._registry import (
-    Inference,
     ModelRegistry,
-    ServingLease,
-    ServingSignature,
+    ScanReport,
     VersionState,
     VersionStatus,
 )
-from .._registry._watching import fingerprint
-from ..errors import BudgetExceededError, CheckpointError, LoadError, UnknownModelError
+from ..errors import LoadError, UnknownModelError
 from ._config import ServedModel, ServerConfig
 from ._errors import ModelControlError
 from ._rules import repository_models
 
 __all__ = ["ModelService"]
-
-_log = logging.getLogger("lifecycle.server")
 
 # A version's state in the repository index, in Triton's words.
 _INDEX_STATES = {
@@ -56,15 +53,15 @@ class ModelService:
     retires its versions, so polling leaves it alone until a repository load
     watches it again.
 
-    The models of a model repository (``config.model_repository``,
-    ``<repository>/<model>/<version>/``) are watched the same way, each with
-    the latest version policy, as Triton's control mode says: ``none`` loads
-    them all at start-up and refuses repository loads and unloads of them;
-    ``poll`` too, and a thread of the service rescans the repository every
-    ``config.repository_poll_secs`` (new models load, removed ones unload,
-    and each model's new versions swap in); ``explicit`` loads
-    ``config.load_models`` at start-up and any model of the repository by
-    name (a load of a loaded model reads its directory again).
+    A model repository (``config.model_repository``,
+    ``<repository>/<model>/<version>/``) is a repository the registry watches
+    (:meth:`ModelRegistry.watch_repository`): each model's latest version
+    serves. The service adds Triton's control modes: ``none`` loads every
+    model at start-up and refuses repository loads and unloads; ``poll`` too,
+    and the registry scans the repository every ``config.repository_poll_secs``
+    (new models load, removed ones unload, and each model's new versions swap
+    in); ``explicit`` loads ``config.load_models`` at start-up and any model of
+    the repository by name (a load of a loaded model reads its directory again).
 
     Args:
         registry: The registry that holds and runs the versions; the service
@@ -79,18 +76,11 @@ class ModelService:
     _ready: threading.Event = attrs.field(factory=threading.Event, init=False)
     # Serialises the service's loads, unloads and reloads.
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
-    # The models the registry watches for us: configured ones and the repository's.
+    # The configured models the registry watches for us (the repository's
+    # models are the registry's repository watch's).
     _watched: set[str] = attrs.field(factory=set, init=False)
-    # The repository's models the service loaded (and watches).
-    _repository_loaded: set[str] = attrs.field(factory=set, init=False)
-    # The repository's models being loaded now: the index says LOADING.
-    _loading: set[str] = attrs.field(factory=set, init=False)
-    # Poll mode: repository models whose load failed -> their directory's
-    # fingerprint then; not tried again until it changes.
-    _failed: dict[str, object] = attrs.field(factory=dict, init=False)
-    # Poll mode: the thread that rescans the repository, and what stops it.
-    _poller: threading.Thread | None = attrs.field(default=None, init=False)
-    _stopping: threading.Event = attrs.field(factory=threading.Event, init=False)
+    # Whether the registry watches the model repository for us.
+    _watching_repository: bool = attrs.field(default=False, init=False)
     # The start-up models' factories (--model_factory) by name: a reloaded
     # config (a ModelServerConfig, which cannot name code) keeps them.
     _factories: dict[str, Callable[[], Any]] = attrs.field(init=False)
@@ -121,26 +111,24 @@ class ModelService:
         with self._lock:
             for model in self.config.models:
                 self._watch(model, strict=True)
-            for name in self.config.startup_models():
-                self._watch_repository(name, strict=True)
+            if self.config.model_repository is not None:
+                self._watch_repository()
             for name, weights in self.config.routes.items():
                 self.registry.route(name, weights)
-        if self.config.model_repository is not None and self.config.model_control_mode == "poll":
-            self._poller = threading.Thread(
-                target=self._poll_repository, name="lifecycle-repository-poll", daemon=True
-            )
-            self._poller.start()
         self._ready.set()
 
     def stop(self) -> None:
         """Stop polling the base paths and the repository (waits for a scan in progress).
 
-        Safe to call twice.
+        The loaded versions stay loaded (whoever created the registry closes
+        it). Safe to call twice.
         """
-        self._stopping.set()
-        if self._poller is not None and self._poller is not threading.current_thread():
-            self._poller.join()
         with self._lock:
+            if self._watching_repository:
+                self._watching_repository = False
+                assert self.config.model_repository is not None
+                with contextlib.suppress(UnknownModelError):  # the registry closed
+                    self.registry.unwatch_repository(self.config.model_repository)
             for name in list(self._watched):
                 self._unwatch(name)
 
@@ -169,97 +157,6 @@ class ModelService:
                 )
             return chosen
         return statuses
-
-    def signature(
-        self, name: str, version: int | None = None, label: str | None = None
-    ) -> tuple[int, ServingSignature]:
-        """The version a request would get, and its serving signature, from one resolution.
-
-        For metadata; a request decodes against the signature of the version
-        that serves it (:meth:`request`).
-
-        Raises:
-            UnknownModelError: No such model, version or label.
-        """
-        served, signatures = self.registry.peek(name, version=version, label=label)
-        return served, next(iter(signatures.values()))
-
-    def signatures(
-        self, name: str, version: int | None = None, label: str | None = None
-    ) -> tuple[int, dict[str, ServingSignature]]:
-        """The version a request would get, and all its signatures by name, from one resolution.
-
-        ``serving_default`` comes first; a SavedModel has each of its signatures.
-
-        Raises:
-            UnknownModelError: No such model, version or label.
-        """
-        return self.registry.peek(name, version=version, label=label)
-
-    def serving_signature(
-        self, name: str, version: int | None = None, label: str | None = None
-    ) -> ServingSignature:
-        """The serving signature a request would get now, for metadata.
-
-        Never decode a request with it: with a route, the version that serves
-        the request may be another (:meth:`request` holds that one).
-
-        Raises:
-            UnknownModelError: No such model, version or label.
-        """
-        return self.registry.signature(name, version=version, label=label)
-
-    def request(
-        self,
-        name: str,
-        version: int | None = None,
-        label: str | None = None,
-        key: str | None = None,
-    ) -> contextlib.AbstractContextManager[ServingLease]:
-        """Hold the version that serves one request, from decoding to the answer.
-
-        Adapters decode the request against ``lease.signature`` and run it with
-        ``lease.infer`` inside the ``with`` block: one resolution of the
-        route per request, so an A/B split between versions whose inputs
-        differ decodes every request against the version that runs it.
-
-        Args:
-            name: The model.
-            version: Serve this version.
-            label: Serve the version this label points to.
-            key: The request's sticky routing key: with a route, the same key
-                always gets the same version.
-
-        Raises:
-            UnknownModelError: No such model, version or label.
-            UnavailableError: No routable version appeared in time.
-        """
-        return self.registry.serving(name, version=version, label=label, key=key)
-
-    def infer(
-        self,
-        name: str,
-        inputs: Mapping[str, Any],
-        version: int | None = None,
-        label: str | None = None,
-        key: str | None = None,
-    ) -> Inference:
-        """Run a request with named inputs on the version it resolves to (one resolution).
-
-        Args:
-            name: The model.
-            inputs: ``{input name: values}``.
-            version: Serve this version.
-            label: Serve the version this label points to.
-            key: The request's sticky routing key.
-
-        Raises:
-            UnknownModelError: No such model, version or label.
-            ValueError, TypeError: The inputs do not fit the signature.
-        """
-        return self.registry.infer(name, inputs, version=version, label=label, key=key)
-
-    # -- swaps, labels, routes (the admin API) ---------------------------------------
 
     def promote(self, name: str, version: int) -> tuple[VersionStatus, ...]:
         """Make a ready version the default; returns the model's versions.
@@ -313,9 +210,9 @@ class ModelService:
         """``(name, version, state)`` of every loaded version, and of every model not loaded.
 
         The models not loaded are the configured ones and those of the model
-        repository, with version ``None`` and state ``UNAVAILABLE``, or
-        ``LOADING`` while a load of theirs runs. The states are Triton's:
-        ``LOADING``, ``READY``, ``UNLOADING`` (a retired version draining its
+        repository, with version ``None`` and state ``UNAVAILABLE``. The
+        states are Triton's, read from the registry: ``LOADING`` (a version
+        being loaded), ``READY``, ``UNLOADING`` (a retired version draining its
         requests) and ``UNAVAILABLE``.
         """
         rows: list[tuple[str, int | None, str]] = [
@@ -323,11 +220,7 @@ class ModelService:
         ]
         loaded = {name for name, _, _ in rows}
         known = [m.name for m in self.config.models] + self._repository_names()
-        rows += [
-            (name, None, "LOADING" if name in self._loading else "UNAVAILABLE")
-            for name in known
-            if name not in loaded
-        ]
+        rows += [(name, None, "UNAVAILABLE") for name in known if name not in loaded]
         return rows
 
     def load(self, name: str) -> None:
@@ -355,12 +248,11 @@ class ModelService:
         if self.config.model_repository is not None:
             self._check_control(name)
             if name in self._repository_names():
-                self._loading.add(name)
-                try:
-                    with self._lock:
-                        self._watch_repository(name, strict=True)
-                finally:
-                    self._loading.discard(name)
+                with self._lock:
+                    report = self.registry.scan_repository(
+                        self.config.model_repository, models=[name]
+                    )
+                    self._check_scan(report.scan(name), name, self._model_dir(name), strict=True)
                 return
         raise UnknownModelError(
             f"Model {name!r} is not in the server's configuration: "
@@ -387,9 +279,7 @@ class ModelService:
             self._check_control(name)
         with self._lock:
             self.versions(name)  # UnknownModelError if nothing is loaded
-            self._unwatch(name)
-            self._retire(name)
-            self._repository_loaded.discard(name)
+            self._unwatch(name, retire=True)
 
     def reload(self, models: Sequence[ServedModel]) -> None:
         """Serve ``models`` instead of the configured ones, as TensorFlow Serving's reload does.
@@ -424,8 +314,7 @@ class ModelService:
             previous = {model.name: model for model in self.config.models}
             self.config = attrs.evolve(self.config, models=tuple(models))
             for name in previous.keys() - listed.keys():
-                self._unwatch(name)
-                self._retire(name)
+                self._unwatch(name, retire=True)
             for model in models:
                 before = previous.get(model.name)
                 if (
@@ -437,24 +326,20 @@ class ModelService:
                 else:
                     self._watch(model, strict=False)
 
-    def _watch(self, model: ServedModel, *, strict: bool, repository: bool = False) -> None:
+    def _watch(self, model: ServedModel, *, strict: bool) -> None:
         """Have the registry watch ``model``'s base path (anew), and set its labels.
 
-        Versions loaded before that the new policy does not serve are retired.
+        The versions an earlier watch of the model loaded that the new policy
+        (or base path) does not serve are retired by the registry's scan, once
+        a version it serves is ready.
 
         Args:
             model: The configured model.
             strict: Any failed version is an error (at start-up); otherwise
                 only when the model ends up with no version to serve.
-            repository: ``model`` is one of the model repository's: its base
-                path is polled only in control mode ``poll``, as often as the
-                repository.
         """
         self._unwatch(model.name)
         interval = self.config.file_system_poll_wait_seconds
-        if repository:
-            poll = self.config.model_control_mode == "poll"
-            interval = self.config.repository_poll_secs if poll else 0
         report = self.registry.watch(
             model.name,
             model.base_path,
@@ -467,45 +352,80 @@ class ModelService:
             notify=bool(interval),
         )
         self._watched.add(model.name)
-        if not report.wanted:
-            self._unwatch(model.name)
+        self._check_scan(report, model.name, model.base_path, strict=strict)
+        self._set_labels(model)
+
+    def _check_scan(
+        self, report: ScanReport | None, name: str, base_path: str, *, strict: bool
+    ) -> None:
+        """Raise if the scan of ``name`` left it without what it should serve.
+
+        A model without a version to serve is no longer watched (the index
+        shows it ``UNAVAILABLE``); one whose failed version leaves an older one
+        serving stays watched.
+
+        Args:
+            report: ``name``'s scan (``None``: it was not scanned).
+            name: The model.
+            base_path: Its directory of versions, for the message.
+            strict: Any failed version is an error (at start-up, and a load
+                by name); otherwise only when no version serves.
+
+        Raises:
+            FileNotFoundError: No version directory holds a version to serve.
+            LoadError: A version failed to load.
+        """
+        if report is None or not report.wanted:
+            self._unwatch(name)
             raise FileNotFoundError(
-                f"Model {model.name!r}: no version directory under {model.base_path!r} "
-                "holds a version its policy serves."
+                f"Model {name!r}: no version directory under {base_path!r} holds a version "
+                "its policy serves."
             )
         failed = dict(report.failed)
         if failed and (strict or report.default is None):
             if report.default is None:
-                self._unwatch(model.name)
+                self._unwatch(name)
             version, message = next(iter(failed.items()))
-            raise LoadError(f"Loading {model.name!r} version {version} failed: {message}")
-        ready = [
-            s.version
-            for s in self._statuses(model.name)
-            if s.version in report.wanted and s.state is VersionState.READY
-        ]
-        if ready and report.default not in report.wanted:  # the policy changed: its newest serves
-            self.registry.promote(model.name, max(ready))
-        if ready:
-            # Only once a wanted version serves: if every one failed to load, the
-            # versions loaded before serve on (a failed swap loses nothing).
-            leftover = [
-                s.version for s in self._statuses(model.name) if s.version not in report.wanted
-            ]
-            self._retire(model.name, leftover)
-        self._set_labels(model)
+            raise LoadError(f"Loading {name!r} version {version} failed: {message}")
 
-    def _watch_repository(self, name: str, *, strict: bool) -> None:
-        """Watch the repository's model ``name`` (anew): load its latest version, swap to it."""
-        assert self.config.model_repository is not None
-        model = ServedModel(name, os.path.join(self.config.model_repository, name))
+    def _watch_repository(self) -> None:
+        """Have the registry watch the model repository, and check the start-up models loaded.
+
+        In control mode ``explicit`` only ``config.load_models`` are watched
+        (more join with :meth:`load`); otherwise every model directory is,
+        and in mode ``poll`` the registry rescans the repository and each
+        model every ``config.repository_poll_secs``.
+
+        Raises:
+            FileNotFoundError, LoadError: A start-up model has no version to
+                serve, or a version failed to load; the repository is not watched.
+        """
+        repository = self.config.model_repository
+        assert repository is not None
+        mode = self.config.model_control_mode
+        poll = mode == "poll"
+        report = self.registry.watch_repository(
+            repository,
+            models=list(self.config.startup_models()) if mode == "explicit" else None,
+            poll_interval=self.config.repository_poll_secs if poll else None,
+            # Where polling is on, a new model or version is also found the
+            # moment it appears, not up to a poll later.
+            notify=poll,
+            batching=self.config.batching,
+        )
+        self._watching_repository = True
         try:
-            self._watch(model, strict=strict, repository=True)
-        finally:  # a failed read of a loaded model leaves its versions serving
-            if name in self._watched:
-                self._repository_loaded.add(name)
-            else:
-                self._repository_loaded.discard(name)
+            for name in report.models:
+                self._check_scan(report.scan(name), name, self._model_dir(name), strict=True)
+        except (FileNotFoundError, LoadError):
+            self._watching_repository = False
+            self.registry.unwatch_repository(repository)
+            raise
+
+    def _model_dir(self, name: str) -> str:
+        """The directory of the repository's model ``name``."""
+        assert self.config.model_repository is not None
+        return os.path.join(self.config.model_repository, name)
 
     def _repository_names(self) -> list[str]:
         """The models of the repository now, but names of configured models (those win)."""
@@ -528,57 +448,6 @@ class ModelService:
                 f"--model_control_mode explicit. Model: {name!r}"
             )
 
-    def _poll_repository(self) -> None:
-        """Rescan the repository every ``repository_poll_secs`` until :meth:`stop`."""
-        while not self._stopping.wait(self.config.repository_poll_secs):
-            try:
-                self._scan_repository()
-            except Exception:  # keep polling: the next scan may succeed
-                _log.exception("Scanning the model repository failed")
-
-    def _scan_repository(self) -> None:
-        """Load the repository's new models, unload its removed ones (control mode ``poll``)."""
-        assert self.config.model_repository is not None
-        present = set(self._repository_names())
-        with self._lock:
-            if self._stopping.is_set():
-                return
-            for name in sorted(self._repository_loaded - present):
-                self._unwatch(name)
-                self._retire(name)
-                self._repository_loaded.discard(name)
-                _log.info("Model %r left the repository: unloaded.", name)
-            self._failed = {name: seen for name, seen in self._failed.items() if name in present}
-            for name in sorted(present - self._repository_loaded):
-                directory = os.path.join(self.config.model_repository, name)
-                # Its entries too: a version directory renamed into place changes no file.
-                try:
-                    seen = (sorted(os.listdir(directory)), fingerprint(directory))
-                except OSError:  # removed meanwhile
-                    continue
-                if self._failed.get(name) == seen:
-                    continue
-                try:
-                    self._watch_repository(name, strict=True)
-                except (
-                    FileNotFoundError,
-                    LoadError,
-                    BudgetExceededError,
-                    CheckpointError,
-                    ValueError,
-                ) as error:
-                    self._failed[name] = seen
-                    _log.warning(
-                        "Model %r of the repository did not load; it is tried again once "
-                        "its directory changes. %s: %s",
-                        name,
-                        type(error).__name__,
-                        error,
-                    )
-                else:
-                    self._failed.pop(name, None)
-                    _log.info("Model %r joined the repository: loaded.", name)
-
     def _set_labels(self, model: ServedModel) -> None:
         """Point ``model``'s configured labels at their versions.
 
@@ -595,27 +464,17 @@ class ModelService:
         for label, version in model.labels.items():
             self.registry.set_label(model.name, label, version)
 
-    def _unwatch(self, name: str) -> None:
-        if name in self._watched:
-            self._watched.discard(name)
-            with contextlib.suppress(UnknownModelError):  # the registry closed or unwatched it
-                self.registry.unwatch(name)
+    def _unwatch(self, name: str, *, retire: bool = False) -> None:
+        """Stop the registry watching ``name`` (a configured or repository model).
 
-    def _retire(self, name: str, versions: Sequence[int] | None = None) -> None:
-        """Retire ``name``'s ready versions (all, or ``versions``), dropping what pins them.
-
-        Labels on them are removed, and the route if it goes through one; the
-        default goes last, since a default with others ready cannot be unloaded.
+        Args:
+            name: The model.
+            retire: Also retire every version of it, with the labels and route
+                on them (the registry's retirement: each drains, then goes).
         """
-        statuses = [s for s in self._statuses(name) if s.state is VersionState.READY]
-        if versions is not None:
-            statuses = [s for s in statuses if s.version in versions]
-        if any(s.labels or s.weight is not None for s in statuses):
-            self.registry.route(name, None)
-        for status in sorted(statuses, key=lambda s: s.default):
-            for label in status.labels:
-                self.registry.remove_label(name, label)
-            self.registry.unload(name, status.version)
+        self._watched.discard(name)
+        with contextlib.suppress(UnknownModelError):  # not watched, or the registry closed
+            self.registry.unwatch(name, retire=retire)
 
     def _statuses(self, name: str) -> tuple[VersionStatus, ...]:
         try:

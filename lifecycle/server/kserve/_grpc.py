@@ -13,7 +13,7 @@ What ``tritonclient.grpc`` speaks. The messages come from
 as ``raw_input_contents`` (tritonclient's default) or typed ``contents``, and
 answers every output in ``raw_output_contents``, as Triton does: that is what
 tritonclient's ``InferResult.as_numpy`` reads for every datatype. A request
-resolves its version once (:meth:`ModelService.request`) and decodes against
+resolves its version once (:meth:`ModelRegistry.serving`) and decodes against
 that version's signature: each input's name, datatype and declared shape (rank,
 known dimensions, ``--max_request_rows``) are checked before its values are
 read, and the values must then be exactly those the shape holds. Errors abort
@@ -31,13 +31,13 @@ from typing import Any
 
 import grpc
 
-from ._auth import grpc_sticky_key
-from ._errors import BadRequestError, grpc_answer
-from ._kserve import model_metadata, model_ready, repository_index, server_metadata
+from .._auth import grpc_sticky_key
+from .._errors import BadRequestError, grpc_answer
+from .._service import ModelService
+from .._shapes import check_shape
 from ._open_inference import SERVICE, message, methods
-from ._service import ModelService
-from ._shapes import check_shape
-from ._v2tensors import check_input, from_contents, from_raw, output_names, to_raw
+from ._rest import model_metadata, model_ready, repository_index, server_metadata
+from ._tensors import check_input, from_contents, from_raw, output_names, to_raw
 
 __all__ = ["add_inference_service"]
 
@@ -49,7 +49,7 @@ def add_inference_service(server: grpc.Server, service: ModelService) -> None:
 
     Args:
         server: A gRPC server not yet started (``build_grpc_server``'s).
-        service: The request path into the registry, shared with the other adapters.
+        service: The server's models and configuration, shared with the other adapters.
     """
     server.add_generic_rpc_handlers((_Handler(_InferenceService(service)),))
 
@@ -156,7 +156,7 @@ class _InferenceService:
             )
         requested = [output.name for output in request.outputs] or None
         max_rows = self._service.config.max_request_rows
-        with self._service.request(name, version, key=key) as lease:
+        with self._service.registry.serving(name, version=version, key=key) as lease:
             inputs: dict[str, Any] = {}
             for index, tensor in enumerate(request.inputs):
                 spec = check_input(lease.signature, tensor.name, tensor.datatype, inputs)

@@ -32,9 +32,9 @@ import numpy as np
 from google.protobuf.message import DecodeError
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
-from .._registry import NamedTensorSpec
-from ._errors import BadRequestError
-from ._shapes import MAX_RANK, check_shape
+from ..._registry import NamedTensorSpec
+from .._errors import BadRequestError
+from .._shapes import MAX_RANK, check_shape
 
 __all__ = ["DTYPES", "decode_tensor_proto"]
 

@@ -32,9 +32,9 @@ from google.protobuf.message import DecodeError
 from tensorflow.core.example import example_pb2, feature_pb2
 from tensorflow_serving.apis import input_pb2
 
-from .._registry import ServingLease, ServingSignature
-from .._tf import CLASSIFY_METHOD, REGRESS_METHOD
-from ._errors import BadRequestError, PayloadTooLargeError
+from ..._registry import ServingLease, ServingSignature
+from ..._tf import CLASSIFY_METHOD, REGRESS_METHOD
+from .._errors import BadRequestError, PayloadTooLargeError
 
 __all__ = [
     "CLASSIFY",

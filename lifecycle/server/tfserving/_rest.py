@@ -32,10 +32,14 @@ from starlette.routing import Route
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 
-from .._core._checks import LABEL_SYNTAX
-from .._registry import NamedTensorSpec, ServingSignature, VersionState, VersionStatus
-from ._auth import http_sticky_key
-from ._errors import BadRequestError
+from ..._core._checks import LABEL_SYNTAX
+from ..._registry import NamedTensorSpec, ServingSignature, VersionState, VersionStatus
+from .._auth import http_sticky_key
+from .._errors import BadRequestError
+from .._http import blocking, json_response, read_body
+from .._json import LazyList, as_array, dumps, loads, step_for
+from .._service import ModelService
+from .._shapes import check_shape
 from ._examples import (
     CLASSIFY,
     REGRESS,
@@ -44,10 +48,6 @@ from ._examples import (
     regressions,
     run_examples,
 )
-from ._http import blocking, json_response, read_body
-from ._json import LazyList, as_array, dumps, loads, step_for
-from ._service import ModelService
-from ._shapes import check_shape
 
 __all__ = ["SIGNATURE", "routes", "signature_def", "signature_def_map", "status_response"]
 
@@ -125,7 +125,7 @@ def _status_body(statuses: tuple[VersionStatus, ...]) -> dict[str, Any]:
 def _metadata(
     service: ModelService, name: str, version: int | None, label: str | None
 ) -> dict[str, Any]:
-    served, found = service.signatures(name, version, label)
+    served, found = service.registry.peek(name, version=version, label=label)
     spec = model_pb2.ModelSpec(name=name, signature_name="")
     spec.version.value = served
     signatures = signature_def_map(found)
@@ -204,7 +204,7 @@ def _predict(
     max_rows = service.config.max_request_rows
     # One version from decoding to answer: in an A/B split, the inputs are read
     # by the names of the version that runs them.
-    with service.request(name, version, label, key) as lease:
+    with service.registry.serving(name, version=version, label=label, key=key) as lease:
         specs = {spec.name: spec for spec in lease.signature_named(wanted).inputs}
         inputs = (
             _from_rows(body["instances"], list(specs))
@@ -257,7 +257,7 @@ def _examples_verb(verb: str) -> Callable[..., dict[str, Any]]:
                 "'context' and 'signature_name')."
             )
         config = service.config
-        with service.request(name, version, label, key) as lease:
+        with service.registry.serving(name, version=version, label=label, key=key) as lease:
             # Read (and expanded with the context) only once the signature takes them.
             outputs = run_examples(
                 lease,

@@ -18,8 +18,8 @@ configuration (54 KB of code). This file is 5 KB of descriptor and needs only pr
 After a change to ``open_inference.proto``, regenerate ``_COMPILED`` with
 grpcio-tools (a development tool, not a dependency)::
 
-    python -m grpc_tools.protoc -I lifecycle/server --descriptor_set_out=/dev/stdout \
-        lifecycle/server/open_inference.proto | base64 -w 92
+    python -m grpc_tools.protoc -I lifecycle/server/kserve --descriptor_set_out=/dev/stdout \
+        lifecycle/server/kserve/open_inference.proto | base64 -w 92
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from .._registry import NamedTensorSpec, ServingSignature
-from ._errors import BadRequestError
-from ._json import as_array
+from ..._registry import NamedTensorSpec, ServingSignature
+from .._errors import BadRequestError
+from .._json import as_array
 
 __all__ = [
     "CONTENTS_FIELDS",

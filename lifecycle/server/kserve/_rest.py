@@ -20,8 +20,8 @@ nothing (the request's ``parameters.binary_data_output: true``); such an
 answer is ``application/octet-stream`` with the same header, each binary
 output's size in its ``parameters.binary_data_size``. An answer without
 binary outputs is JSON, as is every answer to a request that asks none.
-Tensors are read and written by ``_v2tensors``, shared with the gRPC adapter
-(``_kserve_grpc``), which answers with the helpers of this module too.
+Tensors are read and written by ``_tensors``, shared with the gRPC adapter
+(``_grpc``), which answers with the helpers of this module too.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._registry import VersionState
-from ..errors import UnknownModelError
-from ._auth import authorize_http as authorize
-from ._auth import http_sticky_key as sticky_key
-from ._errors import BadRequestError
-from ._http import blocking, json_response, read_body, read_json
-from ._json import dumps, loads
-from ._service import ModelService
-from ._shapes import check_shape
-from ._v2tensors import (
+from ..._registry import VersionState
+from ...errors import UnknownModelError
+from .._auth import authorize_http as authorize
+from .._auth import http_sticky_key as sticky_key
+from .._errors import BadRequestError
+from .._http import blocking, json_response, read_body, read_json
+from .._json import dumps, loads
+from .._service import ModelService
+from .._shapes import check_shape
+from ._tensors import (
     check_input,
     declared_shape,
     from_json,
@@ -138,7 +138,7 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
     ]
 
 
-# -- what both transports answer (REST here, gRPC in _kserve_grpc) ----------------------
+# -- what both transports answer (REST here, gRPC in _grpc) -----------------------------
 
 
 def server_metadata() -> dict[str, Any]:
@@ -156,7 +156,7 @@ def model_metadata(service: ModelService, name: str, version: int | None) -> dic
     Raises:
         UnknownModelError: No such model or version.
     """
-    signature = service.serving_signature(name, version)
+    signature = service.registry.signature(name, version=version)
     statuses = service.versions(name)
     return {
         "name": name,
@@ -261,7 +261,7 @@ def _infer(
     raw = _binary_inputs(items, binary)
     requested, binary_outputs = _requested_outputs(body)
     max_rows = service.config.max_request_rows
-    with service.request(name, version, key=key) as lease:
+    with service.registry.serving(name, version=version, key=key) as lease:
         inputs: dict[str, Any] = {}
         for index, item in enumerate(items):
             spec = check_input(lease.signature, item["name"], item["datatype"], inputs)

@@ -1,4 +1,4 @@
-"""TensorFlow Serving's gRPC API over the model service, beside KServe v2's.
+"""TensorFlow Serving's gRPC API over the model service.
 
 ::
 
@@ -9,7 +9,6 @@
     tensorflow.serving.ModelService/GetModelStatus         version states
     tensorflow.serving.ModelService/HandleReloadConfigRequest
                                                            a new ModelServerConfig
-    inference.GRPCInferenceService/...                     KServe v2 (``_kserve_grpc``)
 
 The messages are TensorFlow Serving's own, through the generated code of
 ``tensorflow-serving-api``. Input tensors are decoded by ``_tensorproto``, inside
@@ -27,7 +26,6 @@ to take them and their size is within ``--max_request_bytes``;
 
 from __future__ import annotations
 
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -44,9 +42,10 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from ._auth import AdminInterceptor, grpc_sticky_key
-from ._config import ServerConfig, served_models
-from ._errors import BadRequestError, grpc_answer
+from .._auth import grpc_sticky_key
+from .._config import served_models
+from .._errors import BadRequestError, grpc_answer
+from .._service import ModelService
 from ._examples import (
     CLASSIFY,
     REGRESS,
@@ -55,81 +54,23 @@ from ._examples import (
     regressions,
     run_examples,
 )
-from ._kserve_grpc import add_inference_service
-from ._service import ModelService
+from ._rest import SIGNATURE, signature_def_map, status_response
 from ._tensorproto import decode_tensor_proto
-from ._tfserving import SIGNATURE, signature_def_map, status_response
 
-__all__ = ["build_grpc_server"]
+__all__ = ["add_tfserving_services"]
 
 
-def build_grpc_server(service: ModelService, config: ServerConfig) -> grpc.Server:
-    """A gRPC server of TensorFlow Serving's and KServe v2's APIs over ``service``, not started.
-
-    It listens on ``config.host`` and ``config.grpc_port`` with
-    ``config.grpc_max_threads`` worker threads, and takes messages up to
-    ``config.max_request_bytes``. Up to ``config.max_queued_requests`` calls
-    wait for a thread; one more is refused at once with ``RESOURCE_EXHAUSTED``.
-    Start it once ``service`` is started (its models loaded); stop it with
-    ``server.stop(grace)``.
+def add_tfserving_services(server: grpc.Server, service: ModelService) -> None:
+    """Serve ``tensorflow.serving.PredictionService`` and ``ModelService`` on ``server``.
 
     Args:
-        service: The request path into the registry, shared with the REST app.
-        config: The address, thread count and request limits.
-
-    Returns:
-        The ``grpc.Server``, not started.
-
-    Raises:
-        ValueError: ``config.grpc_port`` is 0 (gRPC is off).
-        OSError: The address cannot be bound (the port is in use, say).
-
-    Example:
-        >>> import lifecycle as lc
-        >>> from lifecycle.server import ModelService, ServerConfig, build_grpc_server
-        >>> registry = lc.ModelRegistry()
-        >>> service = ModelService(registry, ServerConfig(grpc_port=8570))
-        >>> service.start()
-        >>> server = build_grpc_server(service, service.config)
-        >>> server.start()
-        >>> server.stop(grace=5).wait()
-        True
-        >>> service.stop(); registry.close()
+        server: A gRPC server not yet started (``build_grpc_server``'s).
+        service: The server's models and configuration, shared with the other adapters.
     """
-    if config.grpc_port == 0:
-        raise ValueError("--port is 0: the gRPC server is off. Give it a port to serve gRPC.")
-    server = grpc.server(
-        futures.ThreadPoolExecutor(
-            max_workers=config.grpc_max_threads, thread_name_prefix="lifecycle-grpc"
-        ),
-        options=[
-            ("grpc.max_receive_message_length", config.max_request_bytes),
-            ("grpc.max_send_message_length", -1),
-            # gRPC shares a port with other processes by default: a second
-            # server on the same port must fail, as the HTTP one does.
-            ("grpc.so_reuseport", 0),
-        ],
-        # Admin calls (a reload here, KServe's repository load and unload) pass
-        # the one check every transport runs: the token, and --no_admin_api.
-        interceptors=[AdminInterceptor(config)],
-        # The calls running plus those queued for a thread; gRPC answers the
-        # next one RESOURCE_EXHAUSTED ("Concurrent RPC limit exceeded!").
-        maximum_concurrent_rpcs=config.grpc_max_threads + config.max_queued_requests,
-    )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         _PredictionService(service), server
     )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(service), server)
-    add_inference_service(server, service)
-    host = f"[{config.host}]" if ":" in config.host else config.host
-    address = f"{host}:{config.grpc_port}"
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError:
-        bound = 0
-    if bound == 0:
-        raise OSError(f"--port {config.grpc_port}: cannot listen on {address}; is it in use?")
-    return server
 
 
 def _spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None, str | None]:
@@ -166,7 +107,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         # The model, signature and input names are resolved before any value is
         # read, and each input's header before its values: a request is refused
         # before it costs more memory than its own bytes.
-        with self._service.request(name, version, label, key) as lease:
+        with self._service.registry.serving(name, version=version, label=label, key=key) as lease:
             signature = lease.signature_named(signature_name)
             _check_outputs(wanted, [spec.name for spec in signature.outputs])
             _check_inputs(list(request.inputs), [spec.name for spec in signature.inputs])
@@ -202,7 +143,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise BadRequestError(
                 f"Metadata fields {other} are not supported; the only one is 'signature_def'."
             )
-        served, signatures = self._service.signatures(name, version, label)
+        served, signatures = self._service.registry.peek(name, version=version, label=label)
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         response.model_spec.name = name
         response.model_spec.version.value = served
@@ -252,7 +193,7 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         """
         name, version, label = _spec(request.model_spec)
         config = self._service.config
-        with self._service.request(name, version, label, key) as lease:
+        with self._service.registry.serving(name, version=version, label=label, key=key) as lease:
             signature_name = request.model_spec.signature_name or None
             outputs = run_examples(
                 lease,
