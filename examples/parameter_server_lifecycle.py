@@ -11,7 +11,9 @@ process as the chief), twice:
   gc.collect()``: the PS grows by the model's bytes every generation.
 
 The cluster runs in a private network namespace (Linux): TensorFlow's servers
-listen on every interface, and the namespace keeps them local. Run it::
+listen on every interface, and the namespace keeps them local. The cluster and
+the namespace come from the library's own test harness
+(``lifecycle.distribute._cluster``), which is not part of its API. Run it::
 
     python examples/parameter_server_lifecycle.py --generations 4
 """
@@ -31,9 +33,10 @@ def generations(*, count: int, units: int, dispose: bool) -> list[tuple[int, flo
     import tensorflow as tf
 
     import lifecycle as lc
+    from lifecycle.distribute._cluster import LocalCluster
 
     rows = []
-    with lc.distribute.LocalCluster(workers=1, ps=1, lifetime=300) as cluster:
+    with LocalCluster(workers=1, ps=1, lifetime=300) as cluster:
         strategy = tf.distribute.ParameterServerStrategy(cluster.resolver)
         baseline = cluster.rss_bytes("ps")
 
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--units", type=int, default=4096, help="hidden units (model size)")
     args = parser.parse_args(argv)
 
-    from lifecycle.distribute import in_private_network, run_in_private_network
+    from lifecycle.distribute._cluster import run_in_private_network
+    from lifecycle.distribute._network import in_private_network
 
     if not in_private_network():
         # Re-run this script inside a private network namespace.

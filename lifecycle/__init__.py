@@ -89,96 +89,9 @@ if _typing.TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BatchingPolicy",
-    "BudgetExceededError",
-    "CheckpointError",
-    "CheckpointKeeper",
-    "CleanupStrategy",
-    "ClosedError",
-    "CompatibilityError",
-    "CoordinationError",
-    "DisposeInProgressError",
-    "DisposeReport",
-    "DisposedError",
-    "DrainTimeoutError",
-    "Inference",
-    "LeakReport",
-    "LifecycleError",
-    "LifecycleSession",
-    "LoadError",
-    "ManagedModel",
-    "ManagedObject",
-    "ModelRegistry",
-    "ModelState",
-    "NamedTensorSpec",
-    "NotAModelError",
-    "QueueFullError",
-    "ScanReport",
-    "ServingFunction",
-    "ServingLease",
-    "ServingSignature",
-    "SessionState",
-    "Statistics",
-    "SwapPolicy",
-    "UnavailableError",
-    "UnknownModelError",
-    "VersionPolicy",
-    "VersionState",
-    "VersionStatus",
-    "check_disposed",
-    "current_session",
-    "find_leaks",
-    "manage",
-    "restore_checkpoint",
-    "serving_function",
-    "statistics",
-]
-
-from . import errors as _errors  # noqa: E402 (after the allocator is chosen)
-
-# Where each name lives, imported on first use; the TYPE_CHECKING imports above
-# say the same for type checkers (tests/test_exports.py keeps the two equal).
-_EVERYDAY = {
-    "._checkpoints": ("CheckpointKeeper", "restore_checkpoint"),
-    "._core": ("CleanupStrategy", "ModelState", "SessionState"),
-    "._disposal": ("DisposeReport",),
-    "._model": ("ManagedModel", "manage"),
-    "._objects": ("ManagedObject",),
-    "._registry": (
-        "BatchingPolicy",
-        "Inference",
-        "ModelRegistry",
-        "NamedTensorSpec",
-        "ScanReport",
-        "ServingLease",
-        "ServingSignature",
-        "SwapPolicy",
-        "VersionPolicy",
-        "VersionState",
-        "VersionStatus",
-    ),
-    "._serving": ("ServingFunction", "serving_function"),
-    "._session": ("LifecycleSession", "current_session"),
-    ".errors": tuple(_errors.__all__),
-    ".monitoring": ("LeakReport", "Statistics", "check_disposed", "find_leaks", "statistics"),
-}
-_SUBPACKAGES = (
-    "distribute",
-    "errors",
-    "integrations",
-    "introspection",
-    "monitoring",
-    "testing",
-    "tuning",
-)
-
-_getattr, __dir__ = _attach(
-    __name__,
-    _EVERYDAY,
-    _SUBPACKAGES,
-    unlisted=("server",),  # needs the serve extra
-)
+# The TYPE_CHECKING block above is the one declaration of each public name: type
+# checkers read it, and `_attach` derives __all__ and the imports on first use from it.
+_getattr, __dir__, __all__ = _attach(__name__, unlisted=("server",))  # server: serve extra
 # IPython's extension protocol (`%load_ext lifecycle`, docs/notebooks.md): IPython
 # looks the two hooks up with hasattr(). Served here on each lookup, they are not
 # names of the library: not in __all__ or dir(), and not kept as attributes.

@@ -36,25 +36,4 @@ if _typing.TYPE_CHECKING:
     from ._tf import CompatibilityReport as CompatibilityReport
     from ._tf import check_compatibility as check_compatibility
 
-__all__ = [
-    "BatchingStatistics",
-    "CleanerStatistics",
-    "CompatibilityReport",
-    "DeviceRelease",
-    "ModelStatistics",
-    "RegistryStatistics",
-    "SessionStatistics",
-    "check_compatibility",
-]
-
-__getattr__, __dir__ = _attach(
-    __name__,
-    {
-        "._core": ("CleanerStatistics",),
-        "._disposal": ("DeviceRelease",),
-        "._model": ("ModelStatistics",),
-        "._registry": ("BatchingStatistics", "RegistryStatistics"),
-        "._session": ("SessionStatistics",),
-        "._tf": ("CompatibilityReport", "check_compatibility"),
-    },
-)
+__getattr__, __dir__, __all__ = _attach(__name__)

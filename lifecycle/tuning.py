@@ -34,21 +34,4 @@ if _typing.TYPE_CHECKING:
     from ._session import DEFAULT_PRESSURE_THRESHOLD as DEFAULT_PRESSURE_THRESHOLD
     from ._session import DEFAULT_TRIM_THRESHOLD as DEFAULT_TRIM_THRESHOLD
 
-__all__ = [
-    "DEFAULT_DISPOSE_TIMEOUT",
-    "DEFAULT_PRESSURE_THRESHOLD",
-    "DEFAULT_TRIM_THRESHOLD",
-    "AllocatorChoice",
-    "AllocatorSettings",
-    "allocator_choice",
-    "tune_allocator",
-]
-
-__getattr__, __dir__ = _attach(
-    __name__,
-    {
-        "._core": ("AllocatorChoice", "AllocatorSettings", "allocator_choice", "tune_allocator"),
-        "._disposal": ("DEFAULT_DISPOSE_TIMEOUT",),
-        "._session": ("DEFAULT_PRESSURE_THRESHOLD", "DEFAULT_TRIM_THRESHOLD"),
-    },
-)
+__getattr__, __dir__, __all__ = _attach(__name__)

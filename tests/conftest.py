@@ -42,7 +42,7 @@ def _run_child(
         if private_network:
             # Local clusters: TensorFlow's servers listen on every interface,
             # so the child gets a network namespace with only a loopback.
-            from lifecycle.distribute import run_in_private_network
+            from support.clusters import run_in_private_network
 
             result = run_in_private_network(
                 args, capture_output=True, timeout=timeout, cwd=ROOT, env=child_env

@@ -449,3 +449,23 @@ print(managed_trainable(train).__name__, worker_statistics().models_live)
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.splitlines()[-1] == "train 0"
+
+
+def test_the_ray_internals_self_check_passes_on_the_pinned_ray():
+    from lifecycle.integrations.ray import _internals
+
+    _internals.check_ray_internals()
+    assert _internals.multiplex_wrapper_class().__name__ == "_ModelMultiplexWrapper"
+
+
+def test_a_moved_ray_internal_fails_loudly_naming_the_ray_version(monkeypatch):
+    from lifecycle.integrations.ray import _internals
+
+    monkeypatch.setattr(_internals, "RAY_MULTIPLEXER_ATTRIBUTE", "__renamed_wrapper")
+    with pytest.raises(RuntimeError, match=rf"moved in ray {ray.__version__}: .*'__renamed_"):
+        _internals.check_ray_internals(tune=False)
+    monkeypatch.undo()
+    wrapper = _internals.multiplex_wrapper_class()
+    monkeypatch.delattr(wrapper, "unload_model_lru")
+    with pytest.raises(RuntimeError, match=r"_ModelMultiplexWrapper.unload_model_lru\(\) is gone"):
+        _internals.check_ray_internals(tune=False)

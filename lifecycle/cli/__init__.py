@@ -14,7 +14,12 @@ commands that use the library import it as they run, through
 ``_quiet.import_library``.
 """
 
-from ._app import build_app as build_app
-from ._app import main as main
+from typing import TYPE_CHECKING
 
-__all__ = ["build_app", "main"]
+from .._core._lazy import attach
+
+if TYPE_CHECKING:
+    from ._app import build_app as build_app
+    from ._app import main as main
+
+__getattr__, __dir__, __all__ = attach(__name__)

@@ -1,24 +1,18 @@
-"""Lifecycle under ``tf.distribute``: local clusters, a training loop, private networks.
+"""Lifecycle under ``tf.distribute``: a training loop that ``dispose()`` can wait for.
 
 ``dispose()`` itself needs nothing from here: under any strategy it releases
 every replica, parameter-server variable and shard, and under
 ``MultiWorkerMirroredStrategy`` it coordinates with the other workers.
+
+The local clusters and private networks the tests and the parameter-server
+example run in (``_cluster``, ``_network``) are not part of the API.
 """
 
-from ._cluster import PS_ENV as PS_ENV
-from ._cluster import LocalCluster as LocalCluster
-from ._cluster import free_ports as free_ports
-from ._cluster import run_in_private_network as run_in_private_network
-from ._network import enter_private_network as enter_private_network
-from ._network import in_private_network as in_private_network
-from ._training import train as train
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "PS_ENV",
-    "LocalCluster",
-    "enter_private_network",
-    "free_ports",
-    "in_private_network",
-    "run_in_private_network",
-    "train",
-]
+from .._core._lazy import attach
+
+if TYPE_CHECKING:
+    from ._training import train as train
+
+__getattr__, __dir__, __all__ = attach(__name__)

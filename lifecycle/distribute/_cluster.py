@@ -1,4 +1,9 @@
-"""A local ``tf.distribute`` cluster: server processes on 127.0.0.1, for tests and demos."""
+"""A local ``tf.distribute`` cluster: server processes on 127.0.0.1, for tests and demos.
+
+Not part of the API (``lifecycle.distribute`` does not export it): the test suite
+reaches it through ``tests/support/clusters.py``, the parameter-server example
+imports it by its private path.
+"""
 
 from __future__ import annotations
 
@@ -174,8 +179,8 @@ class LocalCluster:
             raise RuntimeError(
                 "LocalCluster refuses to start TensorFlow servers outside a private network "
                 "namespace: they listen on every interface, not only 127.0.0.1. Run this "
-                "program through lifecycle.distribute.run_in_private_network([...]) (or call "
-                "lifecycle.distribute.enter_private_network() first, as root), or pass "
+                "program through run_in_private_network([...]) (or call "
+                "enter_private_network() first, as root), or pass "
                 "allow_public_network=True."
             )
         self.lifetime = lifetime

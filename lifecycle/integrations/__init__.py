@@ -28,20 +28,20 @@ which imports their module then.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .._core._lazy import attach
 
-# Each module (under this package) and the public names it defines.
-_MODULES = {
-    ".sklearn": (
-        "ManagedEstimator",
-        "ManagedSKLearnClassifier",
-        "ManagedSKLearnRegressor",
-        "ManagedSKLearnTransformer",
-    ),
-    ".keras_tuner": ("ManagedTuner", "TunerStatistics", "managed_tuner"),
-}
-
-__all__ = sorted(name for names in _MODULES.values() for name in names)
+if TYPE_CHECKING:
+    from . import ipython as ipython
+    from . import ray as ray
+    from .keras_tuner import ManagedTuner as ManagedTuner
+    from .keras_tuner import TunerStatistics as TunerStatistics
+    from .keras_tuner import managed_tuner as managed_tuner
+    from .sklearn import ManagedEstimator as ManagedEstimator
+    from .sklearn import ManagedSKLearnClassifier as ManagedSKLearnClassifier
+    from .sklearn import ManagedSKLearnRegressor as ManagedSKLearnRegressor
+    from .sklearn import ManagedSKLearnTransformer as ManagedSKLearnTransformer
 
 # `ray` needs its extra: reachable as an attribute, left out of dir().
-__getattr__, __dir__ = attach(__name__, _MODULES, ("ipython",), unlisted=("ray",))
+__getattr__, __dir__, __all__ = attach(__name__, unlisted=("ray",))

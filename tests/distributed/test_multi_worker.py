@@ -13,7 +13,7 @@ import pytest
 
 LAUNCHER = """
 import json, os, subprocess, sys, tempfile
-from lifecycle.distribute import free_ports
+from lifecycle.distribute._cluster import free_ports  # the test harness, not the API
 ports = free_ports(2)
 cluster = {{"worker": [f"127.0.0.1:{{port}}" for port in ports]}}
 tried = os.path.join(tempfile.mkdtemp(), "tried")  # worker 0 made its dispose try

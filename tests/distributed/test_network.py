@@ -9,9 +9,7 @@ import subprocess
 import sys
 
 import pytest
-
-from lifecycle.distribute import LocalCluster, _cluster, run_in_private_network
-from lifecycle.distribute._network import launcher_command
+from support.clusters import LocalCluster, _cluster, launcher_command, run_in_private_network
 
 LISTENER = """
 import socket, sys

@@ -16,10 +16,11 @@ import json, sys
 import keras, tensorflow as tf
 import lifecycle as lc
 from lifecycle import _tf
+from lifecycle.distribute._cluster import LocalCluster  # the test harness, not the API
 
 partitioned = {partitioned}
 MiB = 2**20
-with lc.distribute.LocalCluster(workers=1, ps=1, lifetime=200) as cluster:
+with LocalCluster(workers=1, ps=1, lifetime=200) as cluster:
     partitioner = (
         tf.distribute.experimental.partitioners.MinSizePartitioner(
             min_shard_bytes=1 << 20, max_shards=2)

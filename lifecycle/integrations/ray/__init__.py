@@ -30,12 +30,4 @@ if TYPE_CHECKING:
     from ._tune import managed_trainable as managed_trainable
     from ._tune import worker_statistics as worker_statistics
 
-# Each module (under this package) and the public names it defines.
-_MODULES = {
-    "._serve": ("MultiplexStatistics", "multiplexed", "multiplexed_statistics"),
-    "._tune": ("ManagedTrainable", "WorkerStatistics", "managed_trainable", "worker_statistics"),
-}
-
-__all__ = sorted(name for names in _MODULES.values() for name in names)
-
-__getattr__, __dir__ = attach(__name__, _MODULES)
+__getattr__, __dir__, __all__ = attach(__name__)

@@ -70,22 +70,24 @@ try:
     import ray
     from ray import serve
     from ray.serve import metrics as serve_metrics
-    from ray.serve.multiplex import _ModelMultiplexWrapper
 except ImportError as error:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "lifecycle.integrations.ray needs Ray, an optional extra: "
         'pip install "keras-lifecycle[ray]"'
     ) from error
 
+from ._internals import RAY_MULTIPLEXER_ATTRIBUTE, check_ray_internals, is_ray_multiplexer
+
+# At import, rather than at a replica's first eviction, when Ray moved something.
+check_ray_internals(tune=False)
+
 __all__ = ["MultiplexStatistics", "multiplexed", "multiplexed_statistics"]
 
 _Loader = TypeVar("_Loader", bound=Callable[..., Awaitable[Any]])
 
-# Ray Serve keeps its multiplexer on the object that owns the loader (the
-# deployment instance, or the function) under this name, its cache in the
-# multiplexer's ``models`` (an OrderedDict, least recently used first), and
-# evicts with ``unload_model_lru()``. ``_ray_multiplexer`` checks all three.
-_RAY_MULTIPLEXER = "__serve_multiplex_wrapper"
+# Ray Serve's multiplexer (its cache ``models``, least recently used first, and
+# ``unload_model_lru()``) is read through ``_internals``, which checks all three.
+_RAY_MULTIPLEXER = RAY_MULTIPLEXER_ATTRIBUTE
 # Where this module keeps its own state, beside Ray's.
 _STATE = "__lifecycle_multiplex"
 # The options a decorated loader was given, for statistics before its first load.
@@ -333,11 +335,7 @@ class _Multiplex:
 def _ray_multiplexer(owner: Any) -> Any:
     """Ray's multiplexer of ``owner``; fails loudly if Ray no longer keeps it as we read it."""
     found = getattr(owner, _RAY_MULTIPLEXER, None)
-    if not (
-        isinstance(found, _ModelMultiplexWrapper)
-        and isinstance(getattr(found, "models", None), dict)
-        and inspect.iscoroutinefunction(getattr(found, "unload_model_lru", None))
-    ):
+    if not is_ray_multiplexer(found):
         raise RuntimeError(
             "lifecycle.integrations.ray.multiplexed no longer recognises Ray Serve's "
             f"multiplexer (ray {ray.__version__}): expected a _ModelMultiplexWrapper at "

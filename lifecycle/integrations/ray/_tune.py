@@ -70,12 +70,17 @@ from ..._core import ModelState
 from ..._model import ManagedModel, manage
 
 try:
-    from ray.tune.trainable.function_trainable import FunctionTrainable
+    import ray.tune  # noqa: F401 (the extra is there; its internals are read in _internals)
 except ImportError as error:  # pragma: no cover - exercised without the extra
     raise ImportError(
         "lifecycle.integrations.ray needs Ray Tune, an optional extra: "
         'pip install "keras-lifecycle[ray]"'
     ) from error
+
+from ._internals import check_ray_internals, function_trainable_class
+
+# At import, rather than at a trial's end, when Ray moved something.
+check_ray_internals(serve=False)
 
 __all__ = ["ManagedTrainable", "WorkerStatistics", "managed_trainable", "worker_statistics"]
 
@@ -343,7 +348,7 @@ class ManagedTrainable:
 
 
 def _is_function_trainable(trainable: Any) -> bool:
-    return isinstance(trainable, FunctionTrainable)
+    return isinstance(trainable, function_trainable_class())
 
 
 class _TrialThread:
