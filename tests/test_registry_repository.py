@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.broken_versions import publish_broken
-from support.models import constant_model, save
+from support.models import constant_model, model_repository, save
 from support.waits import wait_until
 
 import lifecycle as lc
@@ -48,12 +48,7 @@ def publish(value: float, repository: Path, name: str, version: int = 1) -> None
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
     """Models ``a`` (answers 1) and ``b`` (answers 2), and two entries that are no model."""
-    root = tmp_path / "repository"
-    save(constant_model(1.0), root / "a", 1)
-    save(constant_model(2.0), root / "b", 1)
-    save(constant_model(9.0), root / ".hidden", 1)  # a dot-directory: ignored
-    (root / "README.md").write_text("not a model")  # a file: ignored
-    return root
+    return model_repository(tmp_path / "repository")
 
 
 def test_models_join_swap_and_leave_with_each_scan(repository):

@@ -19,7 +19,7 @@ import keras
 import pytest
 import tritonclient.http as triton
 from support.broken_versions import publish_broken
-from support.models import constant_model, save
+from support.models import constant_model, model_repository, save
 from support.servers import free_port, lifecycle_serve, rest_answer, running, stop
 from support.waits import wait_until
 from tritonclient.utils import InferenceServerException
@@ -48,13 +48,8 @@ def loaded(registry: lc.ModelRegistry) -> set[str]:
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    """Two models, ``a`` (answers 1) and ``b`` (answers 2), and what is not a model."""
-    root = tmp_path / "repository"
-    save(constant_model(1.0), root / "a", 1)
-    save(constant_model(2.0), root / "b", 1)
-    save(constant_model(9.0), root / ".hidden", 1)  # a dot-directory: ignored
-    (root / "README.md").write_text("not a model")  # a file: ignored
-    return root
+    """Models ``a`` (answers 1) and ``b`` (answers 2), and two entries that are no model."""
+    return model_repository(tmp_path / "repository")
 
 
 def test_explicit_mode_loads_and_unloads_models_by_name(repository):

@@ -13,6 +13,7 @@ repository; the models' own watches have none.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -24,7 +25,7 @@ from .._core._batcher import BatchingPolicy
 from .._core._model_dirs import repository_models
 from ..errors import LifecycleError, UnknownModelError
 from ._version_dirs import VersionPolicy
-from ._watching import ScanReport, Watch, Watcher, notify_changes
+from ._watching import ScanReport, Watch, Watcher, start_polling
 
 __all__ = ["Repository", "RepositoryReport", "repository_models"]
 
@@ -205,22 +206,16 @@ class Repository:
 
     def start_polling(self, scan: Callable[[], RepositoryReport]) -> None:
         """Call ``scan`` every ``poll_interval`` seconds, and on changes if notified."""
-        self.thread = threading.Thread(
-            target=self._poll,
-            args=(scan,),
-            name=f"lifecycle-repository-{os.path.basename(self.path)}",
-            daemon=True,
+        base = os.path.basename(self.path)
+        self.thread, self.notifier = start_polling(
+            functools.partial(self._poll, scan),
+            f"lifecycle-repository-{base}",
+            notify=(f"the repository {self.path!r}", self.path) if self.notify else None,
+            notifier_name=f"lifecycle-repository-notify-{base}",
+            stop=self.stop,
+            wake=self.wake,
+            recursive=True,
         )
-        self.thread.start()
-        if self.notify:
-            self.notifier = threading.Thread(
-                target=notify_changes,
-                args=(f"the repository {self.path!r}", self.path, self.stop, self.wake),
-                kwargs={"recursive": True},
-                name=f"lifecycle-repository-notify-{os.path.basename(self.path)}",
-                daemon=True,
-            )
-            self.notifier.start()
 
     def halt(self) -> None:
         """Stop the polling and notifying threads, if any, and wait for a scan in progress."""

@@ -22,6 +22,7 @@ when no wanted version serves after the loads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -180,6 +181,45 @@ def require_notifications() -> None:
         ) from error
 
 
+def start_polling(
+    poll: Callable[[], None],
+    name: str,
+    *,
+    notify: tuple[str, str] | None,
+    notifier_name: str,
+    stop: threading.Event,
+    wake: threading.Event,
+    recursive: bool,
+) -> tuple[threading.Thread, threading.Thread | None]:
+    """Start the daemon thread that runs ``poll``, and with ``notify`` the one that wakes it.
+
+    Args:
+        poll: The polling loop (it waits on ``wake``, ends once ``stop`` is set).
+        name: The polling thread's name.
+        notify: ``(what, path)`` for :func:`notify_changes`; ``None``: poll only.
+        notifier_name: The notifying thread's name.
+        stop: Ends both threads.
+        wake: Set by the notifier at each change.
+        recursive: Watch ``path``'s whole tree.
+
+    Returns:
+        The polling thread, and the notifying one (``None`` without ``notify``).
+    """
+    thread = threading.Thread(target=poll, name=name, daemon=True)
+    thread.start()
+    if notify is None:
+        return thread, None
+    notifier = threading.Thread(
+        target=notify_changes,
+        args=(*notify, stop, wake),
+        kwargs={"recursive": recursive},
+        name=notifier_name,
+        daemon=True,
+    )
+    notifier.start()
+    return thread, notifier
+
+
 def notify_changes(
     what: str, path: str, stop: threading.Event, wake: threading.Event, *, recursive: bool
 ) -> None:
@@ -299,22 +339,15 @@ class Watcher:
         Scans run on a thread of their own; with ``watch.notify`` another
         thread wakes it when the operating system reports a change.
         """
-        watch.thread = threading.Thread(
-            target=self._poll,
-            args=(name, watch),
-            name=f"lifecycle-watch-{self._registry}-{name}",
-            daemon=True,
+        watch.thread, watch.notifier = start_polling(
+            functools.partial(self._poll, name, watch),
+            f"lifecycle-watch-{self._registry}-{name}",
+            notify=(repr(name), watch.base) if watch.notify else None,
+            notifier_name=f"lifecycle-notify-{self._registry}-{name}",
+            stop=watch.stop,
+            wake=watch.wake,
+            recursive=False,
         )
-        watch.thread.start()
-        if watch.notify:
-            watch.notifier = threading.Thread(
-                target=notify_changes,
-                args=(repr(name), watch.base, watch.stop, watch.wake),
-                kwargs={"recursive": False},
-                name=f"lifecycle-notify-{self._registry}-{name}",
-                daemon=True,
-            )
-            watch.notifier.start()
 
     def remove(self, name: str) -> Watch:
         """Stop watching ``name`` (the caller halts the returned watch).

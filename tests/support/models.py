@@ -108,3 +108,15 @@ def trained(name: str | None = None) -> lc.ManagedModel:
     x, y = np.ones((32, 8), "float32"), np.ones((32, 2), "float32")
     model.fit(x, y, epochs=1, batch_size=16, verbose=0)
     return model
+
+
+def model_repository(root: Path) -> Path:
+    """A model repository: models ``a`` (answers 1) and ``b`` (answers 2), and no-models.
+
+    The two entries that are no model: a dot-directory and a file.
+    """
+    save(constant_model(1.0), root / "a", 1)
+    save(constant_model(2.0), root / "b", 1)
+    save(constant_model(9.0), root / ".hidden", 1)  # a dot-directory: ignored
+    (root / "README.md").write_text("not a model")  # a file: ignored
+    return root
