@@ -33,7 +33,7 @@ from support.waits import wait_until
 
 from lifecycle import cli
 from lifecycle.cli._serve import server_flags
-from lifecycle.server import _flags
+from lifecycle.server import ServerConfig
 
 DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
@@ -159,16 +159,16 @@ def test_every_flag_a_recipe_passes_is_accepted_and_passes_the_servers_checks(re
     # Bound to every interface, or nothing outside the container reaches it.
     assert value(args, "--host") == "0.0.0.0"
     given = parse(replaced(args, {"--model_base_path": str(exported[0])}))
-    flags = _flags.check_flags(**server_flags(given))
-    assert flags["host"] == "0.0.0.0" and flags["admin_api"] is False
-    assert flags["model_base_path"] == str(exported[0])
+    config = ServerConfig.from_flags(**server_flags(given))
+    assert config.host == "0.0.0.0" and config.admin_api is False
+    assert config.models[0].base_path == str(exported[0])
 
 
 def test_a_flag_the_command_does_not_have_is_refused():
     with pytest.raises(Exception, match="No such option: --rest_port"):  # typer's own click
         parse(["--rest_port=8080"])
     with pytest.raises(ValueError, match="--rest_api_port must be a port number"):
-        _flags.check_flags(**server_flags(parse(["--rest_api_port=80800"])))
+        ServerConfig.from_flags(**server_flags(parse(["--rest_api_port=80800"])))
 
 
 def test_the_image_runs_lifecycle_serve_as_a_non_root_user_on_the_ports_it_exposes():

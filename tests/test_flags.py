@@ -46,11 +46,10 @@ def test_the_command_has_one_option_per_declared_flag():
     assert options == {flag.name: [flag.flag, *flag.aliases] for flag in serve_flags()}
 
 
-def test_from_flags_and_check_flags_take_the_declared_flags():
+def test_from_flags_takes_the_declared_flags():
     declared = [(flag.name, flag.default) for flag in _flags.FLAGS]
-    for function in (ServerConfig.from_flags, _flags.check_flags):
-        parameters = inspect.signature(function).parameters.values()
-        assert [(p.name, p.default) for p in parameters] == declared, function
+    parameters = inspect.signature(ServerConfig.from_flags).parameters.values()
+    assert [(p.name, p.default) for p in parameters] == declared
     assert "allocator" not in inspect.signature(ServerConfig.from_flags).parameters
 
 
@@ -190,7 +189,7 @@ def test_serve_imports_factories_from_the_current_directory_after_the_installed_
 def test_a_short_admin_token_is_refused_before_tensorflow_is_imported(monkeypatch):
     monkeypatch.delenv("LIFECYCLE_ADMIN_TOKEN", raising=False)
     with pytest.raises(ValueError, match="must be at least 16 characters long; this one has 15"):
-        _flags.check_flags(admin_token="a" * 15)
+        ServerConfig.from_flags(admin_token="a" * 15)
     result = CliRunner().invoke(cli.build_app(), ["serve", "--admin_token", "short-token"])
     assert result.exit_code == 2
     output = " ".join(result.output.split())
@@ -217,17 +216,14 @@ def test_a_config_file_label_follows_the_label_rule(tmp_path):
 
 def test_the_registry_and_the_server_refuse_the_labels_the_config_file_refuses():
     import lifecycle as lc
-    from lifecycle.server import ModelService
 
+    # The admin API sets labels on the registry itself (tests/test_server_admin.py).
     with lc.ModelRegistry() as registry:
         for bad in ("canary-1", "a b", "", "é"):
             with pytest.raises(ValueError, match=r"must match \[a-zA-Z0-9_\]\+"):
                 registry.set_label("m", bad, 1)
-        service = ModelService(registry, ServerConfig())  # the admin API's path
-        with pytest.raises(ValueError, match=r"must match \[a-zA-Z0-9_\]\+"):
-            service.set_label("m", "canary-1", 1)
         with pytest.raises(lc.UnknownModelError):  # a good label: then the model is looked up
-            service.set_label("m", "canary_1", 1)
+            registry.set_label("m", "canary_1", 1)
 
 
 # -- each default declared once ----------------------------------------------------------------
@@ -272,8 +268,9 @@ def test_every_flag_sets_a_field_declared_from_it_or_is_listed_as_deriving_one()
 
 def test_each_fields_default_is_its_flags_default_or_the_one_the_docs_show():
     config = ServerConfig()
+    declared = {flag.name: flag for flag in _flags.FLAGS}
     for name, field in flag_fields().items():
-        flag, value = _flags.by_name(name), getattr(config, field.name)
+        flag, value = declared[name], getattr(config, field.name)
         assert field.default == flag.default, name  # declared once, in the flag table
         value = getattr(value, "value", value)  # an enum: --swap_policy
         if flag.default is None and value is not None:
@@ -327,10 +324,10 @@ def test_from_flags_scans_the_repository_once_and_the_config_keeps_the_start_up_
     assert config.startup_models() == ("a", "b") and len(scans) == 2
 
 
-def test_check_flags_scans_the_repository_once(scans, repository):
-    flags = _flags.check_flags(model_repository=str(repository), route=["a=1:1"])
+def test_from_flags_with_a_route_scans_the_repository_once(scans, repository):
+    config = ServerConfig.from_flags(model_repository=str(repository), route=["a=1:1"])
     assert len(scans) == 1
-    assert flags["model_repository"] == str(repository) and flags["route"] == ["a=1:1"]
+    assert config.model_repository == str(repository) and config.routes == {"a": {1: 1.0}}
 
 
 # ServerConfig built directly: the rules between its fields, with the flags' messages.
@@ -366,16 +363,16 @@ def test_server_config_checks_its_repository_fields_against_the_repository(repos
 
 
 @pytest.mark.subprocess
-def test_check_flags_refuses_what_from_flags_refuses_without_importing_tensorflow(tmp_path):
+def test_from_flags_refuses_bad_flags_without_importing_tensorflow(tmp_path):
     """What ``lifecycle serve`` runs first: the flags' rules and the fields' rules, no TF."""
     code = """
 import sys
-from lifecycle.server._flags import check_flags
+from lifecycle.server import ServerConfig
 for flags in ({"route": ["risk=1:1"]}, {"tensorflow_session_parallelism": 1,
         "tensorflow_intra_op_parallelism": 1, "tensorflow_inter_op_parallelism": 1},
         {"enable_batching": True, "batching_parameters_file": sys.argv[1]}):
     try:
-        check_flags(**flags)
+        ServerConfig.from_flags(**flags)
     except ValueError as error:
         print(str(error).split(":")[0].split(" or ")[0])
 print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))

@@ -45,9 +45,6 @@ class Flag:
             turns ``admin_api`` (``True`` by default) off.
         aliases: Other spellings of the switch (Triton's dashes).
         metavar: How ``--help`` names the value, when not by its type.
-        server: ``False`` for a setting of the command's process rather than
-            of the server (``--allocator``): not a keyword of
-            ``ServerConfig.from_flags``.
     """
 
     name: str
@@ -59,7 +56,6 @@ class Flag:
     option: str | None = None
     aliases: tuple[str, ...] = ()
     metavar: str | None = None
-    server: bool = True
 
     @property
     def flag(self) -> str:

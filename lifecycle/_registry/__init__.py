@@ -6,16 +6,16 @@ concern, named in its docstring.
 
 from .._core._batcher import BatchingPolicy as BatchingPolicy
 from .._core._batcher import BatchingStatistics as BatchingStatistics
+from .._core._policies import SwapPolicy as SwapPolicy
+from .._core._policies import VersionPolicy as VersionPolicy
 from ._lease import ServingLease as ServingLease
 from ._registry import ModelRegistry as ModelRegistry
 from ._signature import Inference as Inference
 from ._signature import NamedTensorSpec as NamedTensorSpec
 from ._signature import ServingSignature as ServingSignature
 from ._status import RegistryStatistics as RegistryStatistics
-from ._status import SwapPolicy as SwapPolicy
 from ._status import VersionState as VersionState
 from ._status import VersionStatus as VersionStatus
-from ._version_dirs import VersionPolicy as VersionPolicy
 from ._version_dirs import VersionSource as VersionSource
 from ._version_dirs import available_versions as available_versions
 from ._version_dirs import version_source as version_source

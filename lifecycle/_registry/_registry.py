@@ -39,6 +39,7 @@ from .._core import (
     check_version,
     plan_eviction,
 )
+from .._core._policies import SwapPolicy, VersionPolicy
 from .._model import ManagedModel
 from .._session import LifecycleSession, freeze_heap
 from ..errors import (
@@ -53,9 +54,9 @@ from ._lease import ServingLease
 from ._repository import Repository, RepositoryReport, members_of
 from ._retiring import Retirement, SetAside, pins_of
 from ._signature import Inference, ServingSignature
-from ._status import RegistryStatistics, SwapPolicy, VersionState, VersionStatus
+from ._status import RegistryStatistics, VersionState, VersionStatus
 from ._table import VersionTable
-from ._version_dirs import VersionPolicy, available_versions
+from ._version_dirs import available_versions
 from ._versions import LoadedVersion
 from ._watching import ScanReport, Watch, Watcher, require_notifications
 

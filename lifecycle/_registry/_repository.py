@@ -23,8 +23,8 @@ import attrs
 
 from .._core._batcher import BatchingPolicy
 from .._core._model_dirs import repository_models
+from .._core._policies import VersionPolicy
 from ..errors import LifecycleError, UnknownModelError
-from ._version_dirs import VersionPolicy
 from ._watching import ScanReport, Watch, Watcher, start_polling
 
 __all__ = ["Repository", "RepositoryReport", "repository_models"]

@@ -1,4 +1,4 @@
-"""The registry's values: swap policy, version states, status and statistics snapshots."""
+"""The registry's values: version states, status and statistics snapshots."""
 
 from __future__ import annotations
 
@@ -9,18 +9,7 @@ import attrs
 from .._core._batcher import BatchingStatistics
 from .._session import SessionStatistics
 
-__all__ = ["RegistryStatistics", "SwapPolicy", "VersionState", "VersionStatus"]
-
-
-class SwapPolicy(enum.Enum):
-    """What a load does when the new version does not fit next to the old ones."""
-
-    #: Load the new version first, then retire old ones: no gap in serving,
-    #: but old and new are resident together. Never evicts a default version.
-    AVAILABILITY_PRESERVING = "availability_preserving"
-    #: Retire old versions first (the model's default included), then load:
-    #: memory never holds both, and requests in the gap wait for the new one.
-    RESOURCE_PRESERVING = "resource_preserving"
+__all__ = ["RegistryStatistics", "VersionState", "VersionStatus"]
 
 
 class VersionState(enum.Enum):

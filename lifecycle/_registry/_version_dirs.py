@@ -1,4 +1,4 @@
-"""Version directories under a base path (TensorFlow Serving's layout), and which to serve.
+"""Version directories under a base path (TensorFlow Serving's layout).
 
 The layout is TensorFlow Serving's: ``<base>/<version>/`` holds one version,
 ``<version>`` a non-negative integer (any other name, ``.tmp-7`` say, is not a
@@ -9,76 +9,27 @@ version). A version directory holds, in this order of precedence:
 * one ``.keras`` archive: it counts once the file is a readable zip;
 * checkpoints: they count once a ``checkpoint`` state file names one.
 
-So a version still being written is never loaded.
+So a version still being written is never loaded. Which versions serve is a
+:class:`~lifecycle.VersionPolicy` (``lifecycle/_core/_policies.py``, pure Python).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Iterable
 from typing import Literal
 
 import attrs
 import tensorflow as tf
 
-from .._core import check_int, is_int
 from ..errors import CheckpointError
 
 __all__ = [
-    "VersionPolicy",
     "VersionSource",
     "available_versions",
     "is_saved_model",
     "version_source",
 ]
-
-
-@attrs.frozen
-class VersionPolicy:
-    """Which versions under a base path to serve (TensorFlow Serving's version policy).
-
-    Build one with :meth:`latest`, :meth:`all` or :meth:`specific`.
-
-    Attributes:
-        kind: ``"latest"``, ``"all"`` or ``"specific"``.
-        count: How many of the newest versions ``latest`` serves.
-        versions: The versions ``specific`` serves.
-    """
-
-    kind: str
-    count: int = 1
-    versions: frozenset[int] = frozenset()
-
-    @classmethod
-    def latest(cls, n: int = 1) -> VersionPolicy:
-        """Serve the ``n`` highest version numbers present."""
-        return cls(kind="latest", count=check_int(n, "n", minimum=1))
-
-    @classmethod
-    def all(cls) -> VersionPolicy:
-        """Serve every version present."""
-        return cls(kind="all")
-
-    @classmethod
-    def specific(cls, versions: Iterable[int]) -> VersionPolicy:
-        """Serve exactly these versions, as they appear."""
-        chosen = frozenset(versions)
-        if not chosen or any(not is_int(v) or v < 0 for v in chosen):
-            raise ValueError(
-                "`versions` must be a non-empty collection of ints >= 0. "
-                f"Received: {sorted(chosen, key=repr)!r}"
-            )
-        return cls(kind="specific", versions=chosen)
-
-    def select(self, available: Iterable[int]) -> frozenset[int]:
-        """The versions of ``available`` this policy serves."""
-        present = sorted(set(available))
-        if self.kind == "latest":
-            return frozenset(present[-self.count :])
-        if self.kind == "all":
-            return frozenset(present)
-        return frozenset(v for v in present if v in self.versions)
 
 
 @attrs.frozen

@@ -33,6 +33,7 @@ import attrs
 import keras
 
 from .._core._batcher import BatchingPolicy
+from .._core._policies import SwapPolicy, VersionPolicy
 from ..errors import (
     BudgetExceededError,
     CheckpointError,
@@ -41,9 +42,9 @@ from ..errors import (
     UnknownModelError,
 )
 from ._retiring import Pins, Retirement, SetAside, Swap
-from ._status import SwapPolicy, VersionState
+from ._status import VersionState
 from ._table import VersionTable
-from ._version_dirs import VersionPolicy, available_versions, version_source
+from ._version_dirs import available_versions, version_source
 from ._versions import LoadedVersion
 
 __all__ = [

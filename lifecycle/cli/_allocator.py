@@ -31,7 +31,6 @@ ALLOCATOR = Flag(
     "defaults: oneDNN's pool keeps it for reuse) or `no-onednn` "
     "([the CPU allocator](allocator.md))",
     shown_default=f"`{DEFAULT_ALLOCATOR}` (or `{_allocator.ENVIRONMENT_VARIABLE}`)",
-    server=False,
 )
 
 

@@ -4,10 +4,11 @@ The command's options are made from the flags' declarations
 (``lifecycle/server/_flags.py``, and ``--allocator`` of ``_allocator``): one
 typer option per flag, with its type, default and help. The flags are
 TensorFlow Serving's model server's where they mean the same, and Triton's for
-its model repository. They are checked before TensorFlow is imported
-(``_flags.check_flags``, which imports no TensorFlow), so a bad one is refused
-at once; the library, TensorFlow and the server are imported only when the
-command runs, so ``--help`` answers at once too.
+its model repository. The command builds its config from them
+(``ServerConfig.from_flags``, which imports no TensorFlow) before TensorFlow is
+imported, so a bad one is refused at once; the library, TensorFlow and the
+server are imported only when the command runs, so ``--help`` answers at once
+too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rich.markup import escape
 from .._core._flag import Flag
 from ._allocator import ALLOCATOR, choose_allocator
 from ._console import console
-from ._quiet import import_library
+from ._quiet import filtered_stderr, import_library
 
 try:
     from ..server import _flags
@@ -118,34 +119,30 @@ def serve_command() -> tuple[Callable[..., None], dict[str, Any]]:
 
 
 def run(given: dict[str, Any]) -> None:
-    """Check the flags, then start the server (what ``lifecycle serve`` does)."""
-    assert _flags is not None
+    """Build the config of the flags, then start the server (what ``lifecycle serve`` does)."""
+    from ..server._config import ServerConfig  # no TensorFlow
+
     flags = server_flags(given)
-    # The flags' rules and the rules of the fields they make, before TensorFlow is
-    # imported (seconds), so that a bad flag is refused at once; from_flags below
-    # applies the same rules again, as it is also called on its own.
-    try:
-        _flags.check_flags(**flags)
-    except (ValueError, FileNotFoundError) as error:
-        raise refuse(error) from None
-    # Read once, by `import lifecycle` before TensorFlow starts: a serving
-    # process gives an unloaded version's memory back (docs/allocator.md).
+    # Read once, by `import lifecycle` before TensorFlow starts (a --model_factory
+    # module may start it): a serving process gives an unloaded version's memory
+    # back (docs/allocator.md).
     choose_allocator(given[ALLOCATOR.name])
-    import_library()
     if flags["model_factory"] and os.getcwd() not in sys.path:
         # Factories of the project are importable, but last: a file in the
         # directory the server starts in cannot shadow the standard library or
         # an installed package (a `json.py` there would run at the next import).
         sys.path.append(os.getcwd())
+    # Before TensorFlow is imported (seconds), so that a bad flag is refused at once.
     try:
-        from ..server import ServerConfig
+        with filtered_stderr():  # TensorFlow's start-up noise, if a factory's module starts it
+            config = ServerConfig.from_flags(**flags)
+    except (ValueError, FileNotFoundError) as error:
+        raise refuse(error) from None
+    import_library()
+    try:
         from ..server import serve as serve_config
     except ImportError as error:
         missing(error)
-    try:
-        config = ServerConfig.from_flags(**flags)
-    except (ValueError, FileNotFoundError) as error:
-        raise refuse(error) from None
     serve_config(config)
 
 

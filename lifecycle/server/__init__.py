@@ -7,11 +7,11 @@ never imports this package.
 
 Modules, one concern each:
 
-* ``_config``: :class:`ServerConfig`, built from the flags or TensorFlow Serving's model
-  config file;
+* ``_config``: :class:`ServerConfig`, built from the flags in one pass, or from
+  TensorFlow Serving's model config file;
 * ``_flags``: each flag declared once (name, type, default, help, check), and
-  ``_rules``: the rules of flags that go together; no TensorFlow, so the command
-  checks its flags first;
+  ``_rules``: the rules of flags that go together; these three import no TensorFlow,
+  so the command builds its configuration, and refuses a bad flag, first;
 * ``_service``: :class:`ModelService`, the server's models over the registry;
 * ``tfserving/`` and ``kserve/``: the protocol families side by side, each with its
   REST face (``_rest``), its gRPC face (``_grpc``) and its codecs (TensorFlow Serving's

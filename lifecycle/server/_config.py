@@ -5,32 +5,28 @@ The flags follow TensorFlow Serving's model server where they mean the same
 ``--model_config_file``); the others are the registry's. A model config file is
 TensorFlow Serving's own ``ModelServerConfig`` in protobuf text format, parsed
 with its generated code, so a file written for TensorFlow Serving works as is.
+
+This module imports no TensorFlow (the registry's policies are the pure-Python
+core's): ``lifecycle serve`` builds its config first, so that a bad flag is
+refused at once, before TensorFlow takes seconds to start.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from .._registry import BatchingPolicy, SwapPolicy, VersionPolicy
-from . import _flags, _rules
-from ._batching_file import read_batching_parameters
-from ._flags import FLAG, flag_field
-from ._rules import ADMIN_TOKEN_ENV, is_loopback
-
-__all__ = [
-    "ADMIN_TOKEN_ENV",
-    "ServedModel",
-    "ServerConfig",
-    "import_factory",
-    "is_loopback",
-    "read_batching_parameters",
-    "served_models",
-]
+from .._core._batcher import BatchingPolicy
+from .._core._checks import check_label
+from .._core._policies import SwapPolicy, VersionPolicy
+from . import _rules
+from ._flags import FLAG, FLAGS, flag_field, takes_flags
+from ._rules import read_batching_parameters as read_batching_parameters  # a public name
 
 
 @attrs.frozen
@@ -57,15 +53,20 @@ class ServedModel:
     factory: Callable[[], Any] | None = attrs.field(default=None, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        _rules.check_labels(self.name, self.labels)
+        for label in self.labels:  # the library's one label rule
+            try:
+                check_label(label)
+            except ValueError as error:
+                raise ValueError(f"Model {self.name!r}: {error}") from None
 
 
 @attrs.frozen
 class ServerConfig:
     """How ``lifecycle serve`` runs: address, models, limits, the registry's settings.
 
-    Build it from flags with :meth:`from_flags`, or directly. Fields are checked
-    once, here, with messages naming the flag.
+    Build it from flags with :meth:`from_flags`, or directly. Each field is
+    checked when it is made, then the rules between them, once, here; the
+    messages name the flags.
 
     Attributes:
         models: The models to load before the server reports ready.
@@ -188,12 +189,10 @@ class ServerConfig:
     # An attrs field, not a default value shared by instances (ruff knows attrs.field only).
     swap_policy: SwapPolicy = flag_field(  # noqa: RUF009
         "swap_policy",
-        converter=lambda p: (
-            p if isinstance(p, SwapPolicy) else SwapPolicy(_rules.swap_policy_name(p))
-        ),
+        converter=_rules.swap_policy,
         validator=None,  # the converter checks the name
     )
-    # Derived from several flags by `from_flags` (`_flags.flag_rules`).
+    # Derived from several flags by `from_flags`.
     routes: Mapping[str, Mapping[str | int, float]] = attrs.field(
         factory=dict, converter=lambda d: {name: dict(w) for name, w in dict(d).items()}
     )
@@ -204,8 +203,8 @@ class ServerConfig:
 
     model_repository: str | None = flag_field(
         "model_repository",
-        # The path only: its model directories are checked at start-up (by the flags'
-        # rules), as a model added later may be anything until it is loaded.
+        # The path only: its model directories are checked at start-up (by `from_flags`),
+        # as a model added later may be anything until it is loaded.
         converter=lambda p: None if p is None else _rules.repository_path(p, models=False),
     )
     # Not given (None): Triton's default, "none".
@@ -214,24 +213,51 @@ class ServerConfig:
     )
     load_models: tuple[str, ...] = flag_field("load_model", converter=tuple)
     # Not given (None): Triton's default, 15 seconds.
-    repository_poll_secs: float = flag_field("repository_poll_secs", converter=_flags.poll_secs)
+    repository_poll_secs: float = flag_field(
+        "repository_poll_secs",
+        converter=lambda secs: _rules.REPOSITORY_POLL_SECS if secs is None else secs,
+    )
     # The repository's models to load at start-up: scanned once, when the config is made.
     _startup: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        # The rules between fields, here once: a config built directly is checked too.
-        started = _rules.check_fields(
-            models=[model.name for model in self.models],
-            routes=self.routes,
-            repository=self.model_repository,
-            mode=self.model_control_mode,
-            load_models=self.load_models,
-            poll_secs=self.repository_poll_secs,
-            host=self.host,
-            admin_api=self.admin_api,
-            admin_token=self.admin_token,
+        """The rules between the fields, here once: from flags or built directly."""
+        names = [model.name for model in self.models]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"--model_config_file names {twice} more than once.")
+        started = _rules.startup_models(
+            self.model_repository,
+            self.model_control_mode,
+            self.load_models,
+            self.repository_poll_secs,
+            names,
         )
         object.__setattr__(self, "_startup", started)  # frozen: set once, here
+        unknown = sorted(set(self.routes) - {*names, *started})
+        if unknown:
+            raise ValueError(f"--route names models that are not served: {unknown}")
+        token, env = self.admin_token, _rules.ADMIN_TOKEN_ENV
+        # The messages never show the token: they are printed and logged.
+        if token is not None and (
+            not isinstance(token, str) or not token or not token.isprintable() or " " in token
+        ):
+            raise ValueError(
+                f"--admin_token (or {env}) must be a non-empty string of printable characters "
+                "without spaces (it travels as 'Authorization: Bearer <token>')."
+            )
+        if token is not None and len(token) < _rules.MIN_ADMIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"--admin_token (or {env}) must be at least {_rules.MIN_ADMIN_TOKEN_LENGTH} "
+                f"characters long; this one has {len(token)}. Make one with: "
+                'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+            )
+        if self.admin_api and token is None and not _rules.is_loopback(self.host):
+            raise ValueError(
+                f"--host {self.host!r} accepts other hosts, so the admin API needs a token: "
+                f"set --admin_token (or the {env} environment variable), or pass "
+                "--no_admin_api to serve without the admin API."
+            )
 
     def startup_models(self) -> tuple[str, ...]:
         """The models of :attr:`model_repository` to load at start-up, as its control mode says.
@@ -243,12 +269,17 @@ class ServerConfig:
         return self._startup
 
     @classmethod
-    def from_flags(cls, **given: Any) -> ServerConfig:
+    @takes_flags
+    def from_flags(cls, flags: dict[str, Any]) -> ServerConfig:
         """A config from TensorFlow Serving-style flags.
 
         The keywords are the flags of ``lifecycle serve`` without their dashes,
         each declared once in ``lifecycle/server/_flags.py`` with its default and
-        check (``inspect.signature(ServerConfig.from_flags)`` lists them).
+        check (``inspect.signature(ServerConfig.from_flags)`` lists them). They
+        are read in one pass, without TensorFlow: each flag's own check, the
+        rules of flags together, the models' files and directories; then the
+        ``model_factory`` modules are imported, which runs their code; then the
+        config checks the rules between its fields.
 
         Either ``model_base_path`` (with ``model_name``, default ``"default"``
         as in TensorFlow Serving) or ``model_config_file``, or neither (an
@@ -276,23 +307,54 @@ class ServerConfig:
 
         Raises:
             TypeError: A keyword names no flag.
-            ValueError: A flag is out of range, both model flags are given, or
-                the config file is malformed; the message names the flag.
+            ValueError: A flag is out of range, both model flags are given, the
+                config file is malformed, or a ``model_factory`` function cannot
+                be imported; the message names the flag.
             FileNotFoundError: The config file or a base path does not exist.
         """
-        # 1. Every flag: given, else its declared default.
-        flags = _flags.with_defaults(given)
-        # 2. What exists only as flags, checked (messages show the flag's value); the
-        #    fields made of several flags. The fields' own rules run in cls(...).
-        derived = _flags.flag_rules(flags)
+        # 1. Each flag's own check (the message shows the value as given).
+        for flag in FLAGS:
+            if flag.check is not None:
+                flag.check(flags[flag.name], flag.flag)
+        # 2. The rules of flags together; the fields made of several flags.
+        config_file, base = flags["model_config_file"], flags["model_base_path"]
+        name = flags["model_name"]
+        if config_file is not None and (base or name):
+            raise ValueError(
+                "--model_config_file cannot be combined with --model_name/--model_base_path."
+            )
+        if name is not None and base is None:
+            raise ValueError("--model_name needs --model_base_path.")
+        session = flags["tensorflow_session_parallelism"]
+        intra = flags["tensorflow_intra_op_parallelism"]
+        inter = flags["tensorflow_inter_op_parallelism"]
+        if session and intra and inter:
+            raise ValueError(
+                "Set either --tensorflow_session_parallelism or --tensorflow_intra_op_parallelism"
+                " and --tensorflow_inter_op_parallelism, not all three (as TensorFlow Serving)."
+            )
+        if not (intra or inter):  # as TensorFlow Serving: the two flags win over the one
+            intra = inter = session
+        token, repository = flags["admin_token"], flags["model_repository"]
+        if token is None:  # on a command line a secret is visible to every user (ps)
+            token = os.environ.get(_rules.ADMIN_TOKEN_ENV) or None
+        derived = {
+            "admin_token": token,
+            # Each model directory too, at start-up only: a model added later that is not a
+            # directory of versions fails to load, and says so.
+            "model_repository": None if repository is None else _rules.repository_path(repository),
+            "routes": dict(_rules.parse_route(spec) for spec in flags["route"]),
+            "batching": _rules.batching(flags),
+            "intra_op_parallelism": intra,
+            "inter_op_parallelism": inter,
+        }
         # 3. The models: the config file's, or the base path's; then their factories,
         #    imported now, so that a bad one is refused before anything loads.
         models: tuple[ServedModel, ...] = ()
-        if flags["model_config_file"] is not None:
-            models = read_model_config(flags["model_config_file"])
-        elif flags["model_base_path"] is not None:
-            base = _rules.base_path(flags["model_base_path"])
-            models = (ServedModel(flags["model_name"] or "default", base),)
+        if config_file is not None:
+            models = read_model_config(config_file)
+        elif base is not None:
+            models = (ServedModel(name or "default", _rules.base_path(base)),)
         targets = _rules.factory_names(flags["model_factory"], [model.name for model in models])
         models = tuple(
             attrs.evolve(model, factory=import_factory(targets[model.name]))
@@ -300,20 +362,14 @@ class ServerConfig:
             else model
             for model in models
         )
-        # 4. The fields: each set by the flag its metadata names, or derived above.
+        # 4. Each field set by the flag its metadata names; the config checks the rules
+        #    between the fields, once.
         fields = {
             field.name: flags[field.metadata[FLAG]]
             for field in attrs.fields(cls)
             if FLAG in field.metadata
         }
-        # 5. The config, which checks its fields, and the rules between them, once.
         return cls(models=models, **(fields | derived))
-
-
-# The keywords of `from_flags`, for help() and inspect: one per flag of lifecycle/server/_flags.py.
-ServerConfig.from_flags.__func__.__signature__ = _flags.signature(  # type: ignore[attr-defined]
-    first="cls", returns="ServerConfig"
-)
 
 
 def import_factory(target: str) -> Callable[[], Any]:
@@ -351,11 +407,14 @@ def read_model_config(path: str) -> tuple[ServedModel, ...]:
         FileNotFoundError: The file or a base path does not exist.
         ValueError: The file does not parse, or asks for what is not supported.
     """
-    config = _rules.read_model_server_config(path)
-    return served_models(config, f"--model_config_file {path!r}")
+    from tensorflow_serving.config import model_server_config_pb2  # protobuf only
+
+    source = f"--model_config_file {path!r}"
+    config = _rules.parse_text(path, source, model_server_config_pb2.ModelServerConfig())
+    return served_models(config, source)
 
 
-def served_models(config: object, source: str) -> tuple[ServedModel, ...]:
+def served_models(config: Any, source: str) -> tuple[ServedModel, ...]:
     """The models of a TensorFlow Serving ``ModelServerConfig`` message.
 
     Args:
@@ -367,23 +426,33 @@ def served_models(config: object, source: str) -> tuple[ServedModel, ...]:
         ValueError: The config asks for what is not supported, names a model
             twice, or gives a base path that is a model itself.
     """
+    if config.WhichOneof("config") != "model_config_list":
+        raise ValueError(f"{source} has no model_config_list.")
     models = []
-    for entry, path in _rules.config_entries(config, source):
+    for entry in config.model_config_list.config:
+        where = f"{source}, model {entry.name!r}"
+        if not entry.name or not entry.base_path:
+            raise ValueError(f"{where}: every config needs a name and a base_path.")
+        if entry.model_platform not in ("", "tensorflow"):
+            raise ValueError(
+                f"{where}: model_platform {entry.model_platform!r} is not served; "
+                "use 'tensorflow' or leave it out."
+            )
+        path = _rules.base_path(entry.base_path, flag=where)
+        policy = entry.model_version_policy
+        which = policy.WhichOneof("policy_choice")
         try:
-            policy = _policy(entry.model_version_policy)
-        except ValueError as error:
-            raise ValueError(f"{source}, model {entry.name!r}: {error}") from None
-        models.append(ServedModel(entry.name, path, policy, dict(entry.version_labels)))
+            if which == "all":
+                version_policy = VersionPolicy.all()
+            elif which == "specific":
+                version_policy = VersionPolicy.specific(policy.specific.versions)
+            else:  # TensorFlow Serving's default: the latest version
+                version_policy = VersionPolicy.latest(policy.latest.num_versions or 1)
+            models.append(ServedModel(entry.name, path, version_policy, entry.version_labels))
+        except ValueError as error:  # a version policy's, or a label's
+            raise ValueError(f"{where}: {error}") from None
+    names = [model.name for model in models]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"{source} names {twice} more than once.")
     return tuple(models)
-
-
-def _policy(policy: object) -> VersionPolicy:
-    """A :class:`VersionPolicy` from TensorFlow Serving's ``ServableVersionPolicy``."""
-    which = policy.WhichOneof("policy_choice")  # type: ignore[attr-defined]
-    if which == "all":
-        return VersionPolicy.all()
-    if which == "specific":
-        return VersionPolicy.specific(policy.specific.versions)  # type: ignore[attr-defined]
-    if which == "latest" and policy.latest.num_versions:  # type: ignore[attr-defined]
-        return VersionPolicy.latest(policy.latest.num_versions)  # type: ignore[attr-defined]
-    return VersionPolicy.latest()
