@@ -1,4 +1,4 @@
-"""The admin API: swaps, labels and weighted routes at run time, over the model service.
+"""The admin API: swaps, labels and weighted routes at run time, over the registry.
 
 ::
 
@@ -9,8 +9,10 @@
     PUT    /v1/admin/models/{m}/route            {"labels": {"stable": 9, "canary": 1}}
     DELETE /v1/admin/models/{m}/route
 
-Every answer is the model's versions as ``GET`` gives them (the registry's
-``status()``). Every admin call passes the one check of ``_auth`` (as KServe's
+Each route makes its change on the registry (``promote``, ``set_label``,
+``remove_label``, ``route``), and every answer is the model's versions as
+``GET`` gives them (the registry's ``status()``, each field as it is named
+there). Every admin call passes the one check of ``_auth`` (as KServe's
 repository load and unload and TensorFlow Serving's gRPC reload do): it needs
 ``Authorization: Bearer <token>`` when the server has an admin token; without
 one, the configuration admits admin calls only on a loopback address, and only
@@ -20,100 +22,86 @@ as a program sends them, not a web page: no ``Origin``, the served address as
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._registry import VersionStatus
+from .._registry import ModelRegistry, VersionState, VersionStatus
 from ._auth import authorize_http
 from ._config import ServerConfig
 from ._errors import BadRequestError
 from ._http import blocking, json_response, read_json
-from ._service import ModelService
 
 __all__ = ["ADMIN_PATH", "routes"]
 
 ADMIN_PATH = "/v1/admin/models"
 
 
-def routes(service: ModelService, config: ServerConfig) -> list[Route]:
-    """The admin API's routes."""
-    limit = config.max_request_bytes
+def routes(registry: ModelRegistry, config: ServerConfig) -> list[Route]:
+    """The admin API's routes over ``registry``."""
 
     def admin(
-        call: Callable[[Request, Any], tuple[VersionStatus, ...]], *, body: bool = False
-    ) -> Callable[[Request], Any]:
+        change: Callable[..., None] | None = None, parse: Callable[[Any], Any] | None = None
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A route that calls ``change(name, [label,] parse(body))``, then answers the versions.
+
+        Without ``parse`` the request has no body; without ``change`` it only reads.
+        """
+
         async def endpoint(request: Request) -> Response:
             authorize_http(request, config)
-            content = await read_json(request, limit) if body else None
-            statuses = await blocking(call, request, content)
-            return json_response(_versions_body(request.path_params["name"], statuses))
+            params = request.path_params
+            args = [params[key] for key in ("name", "label") if key in params]
+            if parse is not None:
+                args.append(parse(await read_json(request, config.max_request_bytes)))
+            statuses = await blocking(change_and_read, change, args)
+            return json_response(_versions_body(args[0], statuses))
 
         return endpoint
 
-    def status(request: Request, _: Any) -> tuple[VersionStatus, ...]:
-        return service.versions(request.path_params["name"])
-
-    def promote(request: Request, body: Any) -> tuple[VersionStatus, ...]:
-        return service.promote(request.path_params["name"], _version(body))
-
-    def set_label(request: Request, body: Any) -> tuple[VersionStatus, ...]:
-        params = request.path_params
-        return service.set_label(params["name"], params["label"], _version(body))
-
-    def remove_label(request: Request, _: Any) -> tuple[VersionStatus, ...]:
-        return service.remove_label(request.path_params["name"], request.path_params["label"])
-
-    def set_route(request: Request, body: Any) -> tuple[VersionStatus, ...]:
-        return service.route(request.path_params["name"], _weights(body))
-
-    def clear_route(request: Request, _: Any) -> tuple[VersionStatus, ...]:
-        return service.route(request.path_params["name"], None)
+    def change_and_read(
+        change: Callable[..., None] | None, args: list[Any]
+    ) -> tuple[VersionStatus, ...]:
+        if change is not None:
+            change(*args)
+        return registry.status(args[0])
 
     model = ADMIN_PATH + "/{name}"
+    label = model + "/labels/{label}"
+    clear_route = functools.partial(registry.route, weights=None)
     return [
-        Route(model, admin(status), methods=["GET"]),
-        Route(f"{model}/promote", admin(promote, body=True), methods=["POST"]),
-        Route(f"{model}/labels/{{label}}", admin(set_label, body=True), methods=["PUT"]),
-        Route(f"{model}/labels/{{label}}", admin(remove_label), methods=["DELETE"]),
-        Route(f"{model}/route", admin(set_route, body=True), methods=["PUT"]),
+        Route(model, admin(), methods=["GET"]),
+        Route(f"{model}/promote", admin(registry.promote, _version), methods=["POST"]),
+        Route(label, admin(registry.set_label, _version), methods=["PUT"]),
+        Route(label, admin(registry.remove_label), methods=["DELETE"]),
+        Route(f"{model}/route", admin(registry.route, _weights), methods=["PUT"]),
         Route(f"{model}/route", admin(clear_route), methods=["DELETE"]),
     ]
 
 
 def _versions_body(name: str, statuses: tuple[VersionStatus, ...]) -> dict[str, Any]:
+    """``statuses`` as JSON: the registry's fields but the name, which is given once."""
+    without_name = attrs.filters.exclude(attrs.fields(VersionStatus).name)
     return {
         "name": name,
         "versions": [
-            {
-                "version": s.version,
-                "state": s.state.name,
-                "default": s.default,
-                "labels": list(s.labels),
-                "weight": s.weight,
-                "leases": s.leases,
-                "requests": s.requests,
-                "bytes": s.bytes,
-                "load_seconds": s.load_seconds,
-                "batching": None
-                if s.batching is None
-                else {
-                    "batches": s.batching.batches,
-                    "requests": s.batching.requests,
-                    "rows": s.batching.rows,
-                    "padded_rows": s.batching.padded_rows,
-                    "queue_seconds": s.batching.queue_seconds,
-                    "retried": s.batching.retried,
-                    "rejected": s.batching.rejected,
-                    "sizes": {str(k): v for k, v in s.batching.sizes.items()},
-                },
-            }
-            for s in statuses
+            attrs.asdict(s, filter=without_name, value_serializer=_plain) for s in statuses
         ],
     }
+
+
+def _plain(instance: Any, field: attrs.Attribute[Any] | None, value: Any) -> Any:
+    """A status field as JSON writes it: a state by its name, batch sizes under string keys."""
+    if isinstance(value, VersionState):
+        return value.name
+    if field is not None and field.name == "sizes":
+        return {str(size): count for size, count in value.items()}
+    return value
 
 
 def _version(body: Any) -> int:
@@ -141,12 +129,9 @@ def _weights(body: Any) -> dict[str | int, float]:
         if not isinstance(given, dict):
             raise BadRequestError(f"{part!r} must be an object of weights. Received: {given!r}")
         for target, weight in given.items():
-            if part == "versions":
-                if not target.isdigit():
-                    raise BadRequestError(
-                        f"'versions' keys must be version numbers. Received: {target!r}"
-                    )
-                weights[int(target)] = weight
-            else:
-                weights[target] = weight
+            if part == "versions" and not target.isdigit():
+                raise BadRequestError(
+                    f"'versions' keys must be version numbers. Received: {target!r}"
+                )
+            weights[int(target) if part == "versions" else target] = weight
     return weights

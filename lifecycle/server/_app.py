@@ -12,9 +12,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
+from types import FrameType
 from typing import Any
 
 import grpc
@@ -42,10 +42,9 @@ from .tfserving._rest import routes as tfserving_routes
 
 __all__ = ["build_app", "serve"]
 
-#: TensorFlow Serving's path of the Prometheus metrics, and the one Prometheus scrapes by default.
-METRICS_PATHS = ("/monitoring/prometheus/metrics", "/metrics")
-
 _log = logging.getLogger("lifecycle.server")
+# uvicorn's logger: configured by uvicorn, so its lines reach the console.
+_uvicorn_log = logging.getLogger("uvicorn.error")
 
 
 def build_app(
@@ -116,21 +115,14 @@ def build_app(
     handlers[ClientDisconnect] = disconnected
     handlers[Exception] = wire_error
     reads = BodyReads()
-    limits = Middleware(
-        HttpLimits,
-        body_read_timeout=config.body_read_timeout_seconds,
-        max_queued=config.max_queued_requests,
-        max_json_depth=config.max_json_depth,
-        reads=reads,
-    )
     app = Starlette(
         routes=[
             *tfserving_routes(service, config.max_request_bytes),
             *kserve_routes(service, config.max_request_bytes),
-            *admin_routes(service, config),
+            *admin_routes(registry, config),
             *_metrics_routes(registry),
         ],
-        middleware=[limits],
+        middleware=[Middleware(HttpLimits, config=config, reads=reads)],
         exception_handlers=handlers,
         lifespan=lifespan,
     )
@@ -158,74 +150,61 @@ def _metrics_routes(registry: ModelRegistry) -> list[Route]:
         body = await blocking(prometheus_client.generate_latest, metrics)
         return Response(body, media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
-    return [Route(path, scrape) for path in METRICS_PATHS]
+    # TensorFlow Serving's path, and the one Prometheus scrapes by default.
+    return [Route(path, scrape) for path in ("/monitoring/prometheus/metrics", "/metrics")]
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, which exits normally (status 0) after SIGTERM or SIGINT.
+    """uvicorn's server for ``app``, with the gRPC server over ``service``; exits 0 on a signal.
 
-    uvicorn shuts down gracefully on these signals (stops accepting, waits for
-    requests in flight up to ``timeout_graceful_shutdown``, runs the lifespan's
-    shutdown), then raises the signal again, which ends the process with it.
-    A model server stopped on purpose should exit 0.
+    uvicorn shuts down gracefully on SIGTERM or SIGINT (stops accepting, waits
+    for requests in flight up to ``timeout_graceful_shutdown``, runs the
+    lifespan's shutdown), then raises the signal again, which ends the process
+    with it. A model server stopped on purpose should exit 0: this one does not
+    raise it again.
 
-    With ``grpc_server`` (built, not started) it also serves gRPC: the gRPC port
-    opens with the HTTP one, once the models are loaded, and closes with it,
-    letting calls in flight finish within ``grace`` seconds. With
-    ``body_reads`` (the app's), request bodies still arriving at shutdown are
-    answered at once (408) rather than waited for until ``grace`` ends.
+    Unless ``grpc_port`` is 0 it also serves gRPC: the gRPC port opens with the
+    HTTP one, once the models are loaded, and closes with it, letting calls in
+    flight finish within ``drain_seconds``. Request bodies still arriving at
+    shutdown (the app's ``body_reads``) are answered at once (408) rather than
+    waited for until the drain ends.
     """
 
-    def __init__(
-        self,
-        config: uvicorn.Config,
-        grpc_server: Callable[[], grpc.Server] | None = None,
-        grace: float = 10.0,
-        grpc_address: str = "",
-        body_reads: BodyReads | None = None,
-    ) -> None:
-        super().__init__(config)
-        self._body_reads = body_reads
-        self._grpc_address = grpc_address
-        self._build_grpc = grpc_server
+    def __init__(self, app: Starlette, service: ModelService) -> None:
+        super().__init__(uvicorn_config(app, service.config))
+        self._service = service
+        self._body_reads: BodyReads = app.state.body_reads
         self._grpc: grpc.Server | None = None
-        self._grace = grace
         # Set when the gRPC server could not start: the process exits 1.
         self.failed = False
 
     async def startup(self, sockets: list[Any] | None = None) -> None:
         await super().startup(sockets)
-        if self.should_exit or self._build_grpc is None:
+        config = self._service.config
+        if self.should_exit or not config.grpc_port:
             return
         try:
-            self._grpc = self._build_grpc()
+            self._grpc = build_grpc_server(self._service, config)
         except (OSError, ValueError) as error:
-            logging.getLogger("uvicorn.error").error("gRPC: %s", error)
+            _uvicorn_log.error("gRPC: %s", error)
             self.failed = self.should_exit = True
             return
         self._grpc.start()
-        logging.getLogger("uvicorn.error").info("gRPC running on %s", self._grpc_address)
+        _uvicorn_log.info("gRPC running on %s:%s", config.host, config.grpc_port)
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
-        stopped = self._grpc.stop(self._grace) if self._grpc is not None else None
-        if self._body_reads is not None:
-            self._body_reads.stop()
+        grace = self._service.config.drain_seconds
+        stopped = self._grpc.stop(grace) if self._grpc is not None else None
+        self._body_reads.stop()
         await super().shutdown(sockets)
         if stopped is not None:
-            await asyncio.to_thread(stopped.wait, self._grace + 5)
+            await asyncio.to_thread(stopped.wait, grace + 5)
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        signals = (signal.SIGINT, signal.SIGTERM)
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn's, without recording the signal to raise again once stopped.
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True  # a second Ctrl-C: stop waiting for requests in flight
+        self.should_exit = True
 
 
 def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
@@ -238,9 +217,11 @@ def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
 
     uvicorn refuses a request with 503 (a plain-text body, the connection
     closed) once ``limit_concurrency`` connections are open, counting the
-    request's own: one more than ``max_connections`` lets that many serve.
+    request's own: one more than ``max_connections`` lets that many serve. Its
+    log line for each request so refused goes through once per 10 s at most.
     """
-    _throttle_refusals()
+    if not any(isinstance(f, _Throttle) for f in _uvicorn_log.filters):
+        _uvicorn_log.addFilter(_Throttle())
     return uvicorn.Config(
         app,
         host=config.host,
@@ -254,37 +235,30 @@ def uvicorn_config(app: Any, config: ServerConfig) -> uvicorn.Config:
 
 
 class _Throttle(logging.Filter):
-    """Lets a message through at most once per ``seconds``, with how many were dropped."""
+    """Lets uvicorn's line per request refused beyond its limit through once per 10 s.
 
-    def __init__(self, message: str, seconds: float) -> None:
+    A flood of refused requests would otherwise write a flood of lines on the
+    event loop. The line that passes says how many were dropped since the last.
+    """
+
+    MESSAGE = "Exceeded concurrency limit."
+
+    def __init__(self) -> None:
         super().__init__()
-        self._message = message
-        self._seconds = seconds
         self._next = 0.0
         self._dropped = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg != self._message:
+        if record.msg != self.MESSAGE:
             return True
         now = time.monotonic()
         if now < self._next:
             self._dropped += 1
             return False
         if self._dropped:
-            record.msg = f"{self._message} ({self._dropped} more since the last such line)"
-        self._next, self._dropped = now + self._seconds, 0
+            record.msg = f"{self.MESSAGE} ({self._dropped} more since the last such line)"
+        self._next, self._dropped = now + 10.0, 0
         return True
-
-
-def _throttle_refusals() -> None:
-    """Let one of uvicorn's lines per request refused beyond its limit through per 10 s.
-
-    A flood of refused requests would otherwise write a flood of lines on the
-    event loop.
-    """
-    logger = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, _Throttle) for f in logger.filters):
-        logger.addFilter(_Throttle("Exceeded concurrency limit.", 10.0))
 
 
 def set_parallelism(config: ServerConfig) -> None:
@@ -352,13 +326,7 @@ def serve(config: ServerConfig) -> None:
     )
     service = ModelService(registry, config)
     app = build_app(registry, config, service=service)
-    server = _Server(
-        uvicorn_config(app, config),
-        grpc_server=(lambda: build_grpc_server(service, config)) if config.grpc_port else None,
-        grace=config.drain_seconds,
-        grpc_address=f"{config.host}:{config.grpc_port}",
-        body_reads=app.state.body_reads,
-    )
+    server = _Server(app, service)
     try:
         # The models load before the ports open, here rather than in the app's
         # start-up: a model that cannot be served is one line naming it, not a
@@ -366,15 +334,12 @@ def serve(config: ServerConfig) -> None:
         try:
             service.start()
         except (OSError, ValueError, LifecycleError) as error:
-            logging.getLogger("uvicorn.error").error("Start-up failed: %s", error)
+            _uvicorn_log.error("Start-up failed: %s", error)
             raise SystemExit(1) from None
         server.run()
     finally:
         versions = len(registry.status())
         registry.close()
-        # uvicorn's logger: configured by uvicorn, so its lines reach the console.
-        logging.getLogger("uvicorn.error").info(
-            "Registry closed: %d version(s) drained and disposed.", versions
-        )
+        _uvicorn_log.info("Registry closed: %d version(s) drained and disposed.", versions)
     if not server.started or server.failed:
         raise SystemExit(1)

@@ -17,7 +17,7 @@ loopback port too. A browser marks what it sends: an ``Origin`` header on every
 ``Host`` of the page's own name when that name was made to resolve to this
 machine (DNS rebinding); and the bodies it may send across sites without asking
 the server first are forms and ``text/plain``. So a call without a token is
-refused (:class:`BrowserCallError`, 403) when it has an ``Origin``, a ``Host``
+refused (:class:`~._errors.AdminDisabledError`, 403) when it has an ``Origin``, a ``Host``
 other than the address served, or a ``Content-Type`` other than JSON. A call
 with no ``Content-Type`` passes: tritonclient sends its JSON bodies without one.
 """
@@ -25,20 +25,19 @@ with no ``Content-Type`` passes: tritonclient sends its JSON bodies without one.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
 from starlette.requests import Request
 
-from ._config import ADMIN_TOKEN_ENV, ServerConfig, is_loopback
+from ._config import ServerConfig
 from ._errors import AdminDisabledError, UnauthorizedError, error_status, wire_message
+from ._rules import ADMIN_TOKEN_ENV, is_loopback
 
 __all__ = [
     "ADMIN_METHODS",
-    "LOOPBACK_HOSTS",
     "AdminInterceptor",
-    "BrowserCallError",
     "authorize",
     "authorize_http",
     "grpc_sticky_key",
@@ -54,122 +53,68 @@ ADMIN_METHODS = frozenset(
     }
 )
 
-#: The names of a loopback server in a ``Host`` header (with or without its port).
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
-
-# The one media type of an admin call's body (parameters such as charset aside).
-_JSON = "application/json"
-
-
-class BrowserCallError(AdminDisabledError):
-    """An admin call as a web page sends it, to a server without a token (HTTP 403).
-
-    The admin API is off for such callers, so the error answers as
-    :class:`AdminDisabledError` does: 403, ``PERMISSION_DENIED``.
-    """
-
 
 def authorize(
-    config: ServerConfig,
-    authorization: str | None,
-    action: str,
-    *,
-    origin: str | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    content_type: str | None = None,
+    config: ServerConfig, headers: Mapping[str, str], action: str, port: int | None = None
 ) -> None:
     """Let an admin call through, or raise: the one check of every transport.
 
     Args:
         config: The server's configuration (``admin_api``, ``admin_token``, ``host``).
-        authorization: The call's credentials, ``"Bearer <token>"`` (the HTTP
-            ``Authorization`` header or the gRPC ``authorization`` metadata);
-            ``None`` when it has none.
+        headers: What the call carries, by lower-case name: the HTTP headers,
+            or the gRPC metadata. ``authorization``: its credentials,
+            ``"Bearer <token>"``; ``origin``: only browsers (and gRPC-web
+            clients in one) send it; ``host`` and ``content-type``: HTTP's.
         action: What the call does, for the message (``"POST /v1/admin/..."``).
-        origin: The call's ``Origin`` header (``origin`` metadata over gRPC),
-            if any: only browsers send one.
-        host: The HTTP ``Host`` header, if any (``None`` over gRPC).
-        port: The port the call came in on, which ``host`` may name.
-        content_type: The HTTP ``Content-Type`` header, if any.
+        port: The port the call came in on, which the ``host`` header may name.
 
     Raises:
-        AdminDisabledError: The server runs with ``--no_admin_api``.
+        AdminDisabledError: The server runs with ``--no_admin_api``, or has no
+            token and the call looks like a web page's: an ``Origin``, a
+            foreign ``Host``, a body not JSON.
         UnauthorizedError: The server has a token and the call does not carry it.
-        BrowserCallError: The server has no token and the call looks like a
-            web page's: an ``Origin``, a foreign ``Host``, a body not JSON.
     """
     if not config.admin_api:
         raise AdminDisabledError(
             f"The admin API is turned off on this server (--no_admin_api): {action} is refused."
         )
-    if config.admin_token is None:
-        # Bound to loopback (ServerConfig refuses anything else without a
-        # token): only a program on this machine may call, not a web page.
-        _refuse_browsers(config, action, origin, host, port, content_type)
+    if config.admin_token is not None:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise UnauthorizedError(
+                f"{action} is an admin call: it needs 'Authorization: Bearer <token>' (an HTTP "
+                "header, or gRPC metadata), with the server's --admin_token."
+            )
+        if not hmac.compare_digest(token.strip().encode(), config.admin_token.encode()):
+            raise UnauthorizedError("The bearer token is not the server's --admin_token.")
         return
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise UnauthorizedError(
-            f"{action} is an admin call: it needs 'Authorization: Bearer <token>' (an HTTP "
-            "header, or gRPC metadata), with the server's --admin_token."
-        )
-    if not hmac.compare_digest(token.strip().encode(), config.admin_token.encode()):
-        raise UnauthorizedError("The bearer token is not the server's --admin_token.")
-
-
-def authorize_http(request: Request, config: ServerConfig) -> None:
-    """:func:`authorize` an HTTP request by its headers.
-
-    Raises:
-        AdminDisabledError, UnauthorizedError, BrowserCallError: As :func:`authorize`.
-    """
-    headers = request.headers
-    # (address, port) of the socket it came in on; no port on a Unix socket.
-    server = request.scope.get("server") or (None, None)
-    authorize(
-        config,
-        headers.get("authorization"),
-        f"{request.method} {request.url.path}",
-        origin=headers.get("origin"),
-        host=headers.get("host"),
-        port=server[1] or config.rest_api_port,
-        content_type=headers.get("content-type"),
-    )
-
-
-def _refuse_browsers(
-    config: ServerConfig,
-    action: str,
-    origin: str | None,
-    host: str | None,
-    port: int | None,
-    content_type: str | None,
-) -> None:
-    """Raise :class:`BrowserCallError` if the admin call is one a web page could send."""
+    # Bound to loopback (ServerConfig refuses anything else without a token):
+    # only a program on this machine may call, not a web page.
     tail = (
         "Without --admin_token this server takes admin calls only from programs on this "
         "machine (curl, tritonclient, gRPC stubs), never from a web page: call it from the "
         f"command line, or set --admin_token (or the {ADMIN_TOKEN_ENV} environment variable) "
         "and send 'Authorization: Bearer <token>'."
     )
+    origin, host, content_type = (headers.get(h) for h in ("origin", "host", "content-type"))
     if origin is not None:
-        raise BrowserCallError(
+        raise AdminDisabledError(
             f"{action} is an admin call and carries an Origin ({origin!r}), which browsers "
             f"send: refused. {tail}"
         )
-    served = _served_hosts(config.host)
+    served = {_bracketed(config.host).lower()}
+    if is_loopback(config.host):  # a loopback server's names (with or without its port)
+        served |= {"127.0.0.1", "localhost", "[::1]"}
     if host is not None and not _is_served(host, served, port):
-        bound = _bracketed(config.host)
-        raise BrowserCallError(
+        raise AdminDisabledError(
             f"{action} is an admin call to 'Host: {host}', which is not this server's address "
             f"(one of {sorted(served)}, with or without the port {port}), as a web page "
             "whose name was made to resolve to this machine sends it: refused. Call "
-            f"http://{bound}:{port}/... instead. {tail}"
+            f"http://{_bracketed(config.host)}:{port}/... instead. {tail}"
         )
-    media = (content_type or "").partition(";")[0].strip().lower()
-    if content_type is not None and media != _JSON:
-        raise BrowserCallError(
+    media = (content_type or "").partition(";")[0].strip().lower()  # charset and such aside
+    if content_type is not None and media != "application/json":
+        raise AdminDisabledError(
             f"{action} is an admin call with a body of Content-Type {content_type!r}, as a web "
             "page's form or fetch() sends across sites: refused. Admin bodies are JSON: send "
             "'Content-Type: application/json' (curl --json, or -H 'Content-Type: "
@@ -177,12 +122,15 @@ def _refuse_browsers(
         )
 
 
-def _served_hosts(bound: str) -> frozenset[str]:
-    """The names of the bind address ``bound`` in a ``Host`` header, lower case."""
-    names = {_bracketed(bound).lower()}
-    if is_loopback(bound):
-        names |= LOOPBACK_HOSTS
-    return frozenset(names)
+def authorize_http(request: Request, config: ServerConfig) -> None:
+    """:func:`authorize` an HTTP request by its headers.
+
+    Raises:
+        AdminDisabledError, UnauthorizedError: As :func:`authorize`.
+    """
+    # (address, port) of the socket it came in on; no port on a Unix socket.
+    port = (request.scope.get("server") or (None, None))[1] or config.rest_api_port
+    authorize(config, request.headers, f"{request.method} {request.url.path}", port)
 
 
 def _bracketed(address: str) -> str:
@@ -190,7 +138,7 @@ def _bracketed(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def _is_served(host: str, served: frozenset[str], port: int | None) -> bool:
+def _is_served(host: str, served: set[str], port: int | None) -> bool:
     """Whether the ``Host`` header ``host`` names one of ``served``, and ``port`` if any."""
     host = host.strip().lower()
     bracket = host.rfind("]")
@@ -238,10 +186,10 @@ class AdminInterceptor(grpc.ServerInterceptor):
         if method not in ADMIN_METHODS:
             return continuation(handler_call_details)
         metadata = handler_call_details.invocation_metadata or ()  # type: ignore[attr-defined]
-        authorization = next((value for key, value in metadata if key == "authorization"), None)
-        origin = next((value for key, value in metadata if key == "origin"), None)
+        # Only what a gRPC call may carry: no Host or Content-Type of a web page's.
+        carried = {key: value for key, value in metadata if key in ("authorization", "origin")}
         try:
-            authorize(self._config, authorization, f"gRPC {method}", origin=origin)
+            authorize(self._config, carried, f"gRPC {method}")
         except PermissionError as error:
             code, message = error_status(error).grpc_code, wire_message(error)
 

@@ -30,7 +30,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import _flags, _json
+from . import _json
+from ._config import ServerConfig
 from ._errors import PayloadTooLargeError, RequestTimeoutError, ServerBusyError
 
 __all__ = [
@@ -66,11 +67,8 @@ async def read_json(request: Request, limit: int, *, empty: Any = None) -> Any:
         return empty
     depth = _LIMITS.get().max_json_depth
     if len(body) <= _json.PIECE:
-        return _json.loads(body, depth, _BODY)
-    return await blocking(_json.loads, body, depth, _BODY)
-
-
-_BODY = "The request body"
+        return _json.loads(body, depth, "The request body")
+    return await blocking(_json.loads, body, depth, "The request body")
 
 
 async def read_body(request: Request, limit: int) -> bytearray:
@@ -112,7 +110,7 @@ class _RequestLimits:
     """The limits that calls made for one request read (a context variable)."""
 
     max_queued: int | None = None
-    max_json_depth: int = _flags.by_name("max_json_depth").default
+    max_json_depth: int = attrs.fields(ServerConfig).max_json_depth.default
 
 
 _UNBOUNDED = _RequestLimits()
@@ -130,15 +128,10 @@ class BodyReads:
     """
 
     def __init__(self) -> None:
-        # The bodies not complete yet; stopped: the server is shutting down,
-        # and no body is read any more.
-        self._reading: set[_Body] = set()
-        self._stopped = False
-
-    @property
-    def stopped(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stopped
+        # The waits for the next part of a body in progress; stopped: the
+        # server is shutting down, and no body is read any more.
+        self._waits: set[asyncio.Timeout] = set()
+        self.stopped = False
 
     def stop(self) -> None:
         """End every body read now, and refuse those to come (on the app's loop).
@@ -146,140 +139,90 @@ class BodyReads:
         Their requests are answered 408 and their connections closed. Safe to
         call twice.
         """
-        self._stopped = True
-        for body in list(self._reading):
-            body.end()
+        self.stopped = True
+        now = asyncio.get_running_loop().time()
+        for wait in self._waits:
+            if not wait.expired():  # an expired one ends its wait already
+                wait.reschedule(now)
 
-    def add(self, body: _Body) -> None:
-        self._reading.add(body)
+    async def receive(self, receive: Receive, deadline: float) -> Message:
+        """``receive()``, if it answers by ``deadline`` (the loop's time) and before :meth:`stop`.
 
-    def discard(self, body: _Body) -> None:
-        self._reading.discard(body)
+        The wait is an ``asyncio`` timeout (a timer, not a task), which
+        :meth:`stop` brings forward to now.
+
+        Raises:
+            TimeoutError: The deadline passed, or the server is shutting down.
+        """
+        if self.stopped or asyncio.get_running_loop().time() >= deadline:
+            raise TimeoutError
+        async with asyncio.timeout_at(deadline) as wait:
+            self._waits.add(wait)
+            try:
+                return await receive()
+            finally:
+                self._waits.discard(wait)
 
 
 class HttpLimits:
     """ASGI middleware: the body read timeout and the limits of calls made for a request.
 
-    A request's body must arrive within ``body_read_timeout`` seconds of its
-    headers (else :class:`~._errors.RequestTimeoutError`, 408, and the
+    A request's body must arrive within ``config.body_read_timeout_seconds``
+    of its headers (else :class:`~._errors.RequestTimeoutError`, 408, and the
     connection closes); its blocking calls may wait behind at most
-    ``max_queued`` others (:func:`blocking`), and its JSON nest at most
-    ``max_json_depth`` deep (:func:`read_json`).
+    ``config.max_queued_requests`` others (:func:`blocking`), and its JSON nest
+    at most ``config.max_json_depth`` deep (:func:`read_json`). ``reads`` ends
+    the bodies being read at shutdown.
     """
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        body_read_timeout: float,
-        max_queued: int,
-        max_json_depth: int,
-        reads: BodyReads,
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, config: ServerConfig, reads: BodyReads) -> None:
         self._app = app
-        self._timeout = body_read_timeout
-        self._limits = _RequestLimits(max_queued=max_queued, max_json_depth=max_json_depth)
+        self._timeout = config.body_read_timeout_seconds
+        self._limits = _RequestLimits(config.max_queued_requests, config.max_json_depth)
         self._reads = reads
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        body = _Body(receive, send, self._timeout, self._reads)
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        # Complete: the last part of the body arrived. Failed: the body did not
+        # arrive in time; the answer closes the connection.
+        complete = failed = False
+
+        async def receive_body() -> Message:
+            nonlocal complete, failed
+            if complete:  # waiting for a disconnect: no deadline
+                return await receive()
+            try:
+                message = await self._reads.receive(receive, deadline)
+            except TimeoutError:
+                failed = True
+                if self._reads.stopped:
+                    raise RequestTimeoutError(
+                        "The server is shutting down: the request body did not arrive in full "
+                        "before it stopped reading. Retry on another replica."
+                    ) from None
+                raise RequestTimeoutError(
+                    f"The request body did not arrive within {self._timeout:g} s "
+                    "(--body_read_timeout_seconds); the connection is closed."
+                ) from None
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def send_answer(message: Message) -> None:
+            if message["type"] == "http.response.start" and failed:
+                # The rest of the body may still come: this connection cannot
+                # carry another request.
+                close = (b"connection", b"close")
+                message = {**message, "headers": [*message.get("headers", []), close]}
+            await send(message)
+
         token = _LIMITS.set(self._limits)
         try:
-            await self._app(scope, body.receive, body.send)
+            await self._app(scope, receive_body, send_answer)
         finally:
             _LIMITS.reset(token)
-            body.close()
-
-
-class _Body:
-    """One request's ``receive`` under a deadline until its body is complete, and its ``send``.
-
-    One timer per request rather than a task per ``receive``: at the
-    deadline, or at shutdown, it cancels the request's task if it is waiting
-    for the body, and that wait raises :class:`~._errors.RequestTimeoutError`.
-    """
-
-    def __init__(self, receive: Receive, send: Send, timeout: float, reads: BodyReads) -> None:
-        self._receive = receive
-        self._send = send
-        self._loop = asyncio.get_running_loop()
-        self._deadline = self._loop.time() + timeout
-        self._timeout = timeout
-        self._reads = reads
-        # Set at the first read: the task reading, and the timer that ends its
-        # wait at the deadline (registered with reads until the body is complete).
-        self._task: asyncio.Task[Any] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        # Waiting: the task awaits the next part of the body. Ended: end()
-        # cancelled that wait. Complete: the last part arrived. Failed: the body
-        # did not arrive in time; the answer closes the connection.
-        self._waiting = False
-        self._ended = False
-        self._complete = False
-        self._failed = False
-
-    async def receive(self) -> Message:
-        if self._complete:  # waiting for a disconnect: no deadline
-            return await self._receive()
-        if self._reads.stopped or self._loop.time() >= self._deadline:
-            self._fail()
-        if self._timer is None:
-            self._task = asyncio.current_task()
-            self._timer = self._loop.call_at(self._deadline, self.end)
-            self._reads.add(self)
-        self._waiting = True
-        try:
-            message = await self._receive()
-        except asyncio.CancelledError:
-            if not self._ended:  # cancelled by someone else
-                raise
-            uncancel = getattr(self._task, "uncancel", None)  # Python 3.11+
-            if uncancel is not None:
-                uncancel()
-            self._fail()
-        finally:
-            self._waiting = False
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            self._complete = True
-            self.close()
-        return message
-
-    def end(self) -> None:
-        """Cut the wait for the body short (the deadline, or shutdown); the wait raises."""
-        if self._waiting and not self._ended and self._task is not None:
-            self._ended = True
-            self._task.cancel()
-
-    def close(self) -> None:
-        """Drop the timer: the body is complete, or the request is over."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._reads.discard(self)
-
-    def _fail(self) -> None:
-        self._failed = True
-        if self._reads.stopped:
-            raise RequestTimeoutError(
-                "The server is shutting down: the request body did not arrive in full before "
-                "it stopped reading. Retry on another replica."
-            ) from None
-        raise RequestTimeoutError(
-            f"The request body did not arrive within {self._timeout:g} s "
-            "(--body_read_timeout_seconds); the connection is closed."
-        ) from None
-
-    async def send(self, message: Message) -> None:
-        if message["type"] == "http.response.start" and self._failed:
-            # The rest of the body may still come: this connection cannot carry
-            # another request.
-            message = {**message, "headers": [*message.get("headers", []), _CLOSE]}
-        await self._send(message)
-
-
-_CLOSE = (b"connection", b"close")
 
 
 async def blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -296,19 +239,27 @@ async def blocking(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()
-    _WORKERS.submit((loop, future, context, function, args, kwargs), _LIMITS.get().max_queued)
+
+    def call() -> None:  # on the worker thread
+        outcome: tuple[Any, BaseException | None]
+        try:
+            outcome = (context.run(function, *args, **kwargs), None)
+        except BaseException as error:  # handed to the awaiting task
+            outcome = (None, error)
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits the outcome
+            loop.call_soon_threadsafe(_settle, future, *outcome)
+
+    _WORKERS.submit(call, _LIMITS.get().max_queued)
     return await future
 
 
-# A call for a worker: (loop, future, context, function, args, kwargs).
-_Call = tuple[
-    asyncio.AbstractEventLoop,
-    "asyncio.Future[Any]",
-    contextvars.Context,
-    Callable[..., Any],
-    tuple[Any, ...],
-    dict[str, Any],
-]
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 class _Workers:
@@ -325,7 +276,7 @@ class _Workers:
     def __init__(self, limit: int = 40, idle_seconds: float = 10.0) -> None:
         self._limit = limit
         self._idle_seconds = idle_seconds
-        self._calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         # Threads alive, those of them waiting for a call, and the queued calls
         # that no thread is free for (all under _lock). The queue holds a call
@@ -335,7 +286,7 @@ class _Workers:
         self._idle = 0
         self._backlog = 0
 
-    def submit(self, call: _Call, max_backlog: int | None = None) -> None:
+    def submit(self, call: Callable[[], None], max_backlog: int | None = None) -> None:
         """Queue ``call``; start a thread if none is idle and the limit allows.
 
         Raises:
@@ -371,40 +322,12 @@ class _Workers:
                         self._threads -= 1
                         return
                 continue
-            _run(*call)
+            call()
             with self._lock:
                 if self._backlog > 0:
                     self._backlog -= 1  # the next call this thread takes is one of them
                 else:
                     self._idle += 1
-
-
-def _run(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[Any],
-    context: contextvars.Context,
-    function: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> None:
-    """Run one call on a worker thread and hand its outcome to ``future``'s loop."""
-    try:
-        result = context.run(function, *args, **kwargs)
-    except BaseException as error:  # handed to the awaiting task
-        outcome: tuple[Any, BaseException | None] = (None, error)
-    else:
-        outcome = (result, None)
-    with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits the outcome
-        loop.call_soon_threadsafe(_settle, future, *outcome)
-
-
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
 
 
 _WORKERS = _Workers()

@@ -1,11 +1,11 @@
 """ModelService: what the server serves, in Triton's and TensorFlow Serving's terms.
 
 It loads the configured models and the repository's (through the registry's
-watches), answers the repository index, loads and unloads by name, reloads a
-model config, and runs the admin API's promotions, labels and routes. Requests
-do not pass through it: the protocol adapters lease a version from
-``service.registry.serving()`` and run it there. Every method is blocking (it
-may load a model): adapters call it on a worker thread.
+watches), answers the repository index, loads and unloads by name, and reloads
+a model config. Requests do not pass through it: the protocol adapters lease a
+version from ``service.registry.serving()`` and run it there, and the admin
+API promotes, labels and routes on ``service.registry`` itself. Every method is
+blocking (it may load a model): adapters call it on a worker thread.
 """
 
 from __future__ import annotations
@@ -13,22 +13,16 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from .._core._checks import check_label
-from .._registry import (
-    ModelRegistry,
-    ScanReport,
-    VersionState,
-    VersionStatus,
-)
+from .._core._model_dirs import repository_models
+from .._registry import ModelRegistry, ScanReport, VersionState, VersionStatus
 from ..errors import LoadError, UnknownModelError
 from ._config import ServedModel, ServerConfig
 from ._errors import ModelControlError
-from ._rules import repository_models
 
 __all__ = ["ModelService"]
 
@@ -157,52 +151,6 @@ class ModelService:
                 )
             return chosen
         return statuses
-
-    def promote(self, name: str, version: int) -> tuple[VersionStatus, ...]:
-        """Make a ready version the default; returns the model's versions.
-
-        Polling the base path does not undo it: a poll promotes only a version
-        it has just loaded, or when the default left the version policy.
-
-        Raises:
-            UnknownModelError: No such model or ready version.
-        """
-        self.registry.promote(name, version)
-        return self.versions(name)
-
-    def set_label(self, name: str, label: str, version: int) -> tuple[VersionStatus, ...]:
-        """Point ``label`` at a ready version; returns the model's versions.
-
-        Raises:
-            ValueError: The label is not TensorFlow Serving's ``[a-zA-Z0-9_]+``.
-            UnknownModelError: No such model or ready version.
-        """
-        self.registry.set_label(name, check_label(label), version)
-        return self.versions(name)
-
-    def remove_label(self, name: str, label: str) -> tuple[VersionStatus, ...]:
-        """Remove ``label``; returns the model's versions.
-
-        Raises:
-            UnknownModelError: No such model or label.
-            ValueError: The route goes through the label.
-        """
-        self.registry.remove_label(name, label)
-        return self.versions(name)
-
-    def route(
-        self, name: str, weights: Mapping[str | int, float] | None
-    ) -> tuple[VersionStatus, ...]:
-        """Split ``name``'s traffic by weight among labels (str) and versions (int).
-
-        ``None`` removes the route. Returns the model's versions.
-
-        Raises:
-            TypeError, ValueError: Bad weights.
-            UnknownModelError: No such model, label or ready version.
-        """
-        self.registry.route(name, weights)
-        return self.versions(name)
 
     # -- the model repository -----------------------------------------------------
 
@@ -454,7 +402,11 @@ class ModelService:
         Raises:
             ValueError: A label points to a version that is not served.
         """
-        served = {s.version for s in self._statuses(model.name) if s.state is VersionState.READY}
+        served = {
+            s.version
+            for s in self.registry.status()
+            if s.name == model.name and s.state is VersionState.READY
+        }
         stray = {label: v for label, v in model.labels.items() if v not in served}
         if stray:
             raise ValueError(
@@ -475,9 +427,3 @@ class ModelService:
         self._watched.discard(name)
         with contextlib.suppress(UnknownModelError):  # not watched, or the registry closed
             self.registry.unwatch(name, retire=retire)
-
-    def _statuses(self, name: str) -> tuple[VersionStatus, ...]:
-        try:
-            return self.registry.status(name)
-        except UnknownModelError:
-            return ()
