@@ -40,6 +40,8 @@ def as_lists(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, list):
+        # An array stands for a whole list of numbers, never for one item of a list.
+        assert not any(isinstance(item, np.ndarray) for item in value), value
         return [as_lists(item) for item in value]
     if isinstance(value, dict):
         return {key: as_lists(item) for key, item in value.items()}

@@ -35,28 +35,25 @@ __all__ = ["PIECE", "LazyList", "as_array", "dumps", "loads"]
 #: the GIL that the event loop runs between pieces.
 PIECE = 256 * 1024
 
-# The deepest document orjson parses: depths fit in 16 bits.
-_ORJSON_DEPTH = 1024
 # The bytes scanned per NumPy pass: their temporaries stay small.
 _SCAN = 4 * 2**20
 # The numbers converted (or written) per call of NumPy (or orjson): as short a
 # hold of the GIL as a piece of parsing.
 _ELEMENTS = 65536
-# Rows converted in one call whatever their size: a row still a list was parsed
-# in one piece (loads makes a longer one an array), so a few are a few pieces.
+# Rows converted in one call whatever their size (most requests: all of them):
+# a row still a list was parsed in one piece (loads makes a longer one an
+# array), so a few are a few pieces.
 _FEW_ROWS = 16
 
 # The structural bytes, by code; 0 is any other byte.
 _OPEN_ARRAY, _OPEN_OBJECT, _CLOSE_ARRAY, _CLOSE_OBJECT, _COMMA, _COLON = 1, 2, 3, 4, 5, 6
 _CODES = np.zeros(256, np.int8)
-for _byte, _code in zip(b"[{]},:", range(1, 7), strict=True):
-    _CODES[_byte] = _code
+_CODES[list(b"[{]},:")] = range(1, 7)
 # How each code changes the nesting depth.
 _DELTA = np.array([0, 1, 1, -1, -1, 0, 0], np.int32)
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
-_BLANK = b" \t\r\n"
 _IS_BLANK = np.zeros(256, bool)
-_IS_BLANK[list(_BLANK)] = True
+_IS_BLANK[list(b" \t\r\n")] = True
 
 
 def loads(
@@ -83,65 +80,44 @@ def loads(
         BadRequestError: The document is not JSON, or nests deeper than
             ``max_depth``; the message names ``what`` and says which.
     """
-    max_depth = min(max_depth, _ORJSON_DEPTH)
+    max_depth = min(max_depth, 1024)  # the deepest orjson parses (depths fit in 16 bits)
     view = memoryview(data).cast("B")
-    small = len(view) <= PIECE
-    if small:
-        raw = bytes(view) if not isinstance(data, (bytes, bytearray)) else data
-        # Shallow for sure: fewer brackets than levels allowed, in strings or not.
-        if raw.count(b"[") + raw.count(b"{") <= max_depth:
-            return _whole(view, what)
-    structure = _scan(np.frombuffer(view, np.uint8), max_depth, what)
-    if small:
-        return _whole(view, what)
-    return _Pieces(view, structure, what, numbers).value(0, len(view))
-
-
-def _whole(view: memoryview, what: str) -> Any:
+    if len(view) > PIECE:
+        return _Pieces(view, *_scan(view, max_depth, what), what, numbers).value(0, len(view))
+    raw = data if isinstance(data, (bytes, bytearray)) else bytes(view)
+    # Shallow for sure: fewer brackets than levels allowed, in strings or not.
+    if raw.count(b"[") + raw.count(b"{") > max_depth:
+        _scan(view, max_depth, what)
     try:
         return orjson.loads(view)
     except orjson.JSONDecodeError as error:
         raise BadRequestError(f"{what} is not valid JSON: {error}") from None
 
 
-@attrs.frozen
-class _Structure:
-    """The structural bytes of a document outside its strings, in order.
-
-    Attributes:
-        positions: Each one's offset in the document.
-        codes: Each one's code (``_OPEN_ARRAY``...).
-        depths: The nesting depth at each one: inside for ``[`` and ``{``,
-            outside for ``]`` and ``}`` (so a pair's depths differ by one).
-    """
-
-    positions: np.ndarray
-    codes: np.ndarray
-    depths: np.ndarray
-
-
-def _scan(data: np.ndarray, max_depth: int, what: str) -> _Structure:
-    """Find the structural bytes outside strings, refusing a document nested too deep.
+def _scan(view: memoryview, max_depth: int, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The structural bytes outside strings, refusing a document nested too deep.
 
     A quote ends or starts a string unless an odd run of backslashes escapes
-    it; a byte is outside every string if an even number of such quotes
+    it; a byte is outside every string if an even number of the other quotes
     precede it. Chunk by chunk, carrying whether a string is open, the run of
     backslashes ending the chunk and the depth.
+
+    Returns:
+        In the order of the document, each structural byte's offset, code
+        (``_OPEN_ARRAY``...) and nesting depth: inside for ``[`` and ``{``,
+        outside for ``]`` and ``}`` (so a pair's depths differ by one); then
+        the document's length, code 0 and depth 0.
     """
+    data = np.frombuffer(view, np.uint8)
+    offsets = np.int32 if len(data) < 2**31 else np.int64
     positions, codes, depths = [], [], []
     in_string, slashes, depth = 0, 0, 0
-    offsets = np.int32 if len(data) < 2**31 else np.int64
     for start in range(0, len(data), _SCAN):
         chunk = data[start : start + _SCAN]
         quotes = np.flatnonzero(chunk == _QUOTE)
-        if quotes.size:
-            quotes = quotes[~_escaped(chunk, quotes, slashes)]
+        quotes = quotes[_slashes_before(chunk, quotes, slashes) % 2 == 0]
         found = np.flatnonzero(_CODES[chunk])
-        if found.size and quotes.size:
-            outside = (np.searchsorted(quotes, found) + in_string) % 2 == 0
-            found = found[outside]
-        elif in_string:  # the chunk is inside one string
-            found = found[:0]
+        found = found[(np.searchsorted(quotes, found) + in_string) % 2 == 0]
         if found.size:
             code = _CODES[chunk[found]]
             level = np.cumsum(_DELTA[code], dtype=np.int32) + depth
@@ -162,151 +138,136 @@ def _scan(data: np.ndarray, max_depth: int, what: str) -> _Structure:
             codes.append(code)
             depths.append(level.astype(np.int16))  # 0..max_depth
         in_string = (in_string + quotes.size) % 2
-        slashes = _trailing_slashes(chunk, slashes)
-    if not positions:
-        return _Structure(np.zeros(0, offsets), np.zeros(0, np.int8), np.zeros(0, np.int16))
-    return _Structure(np.concatenate(positions), np.concatenate(codes), np.concatenate(depths))
+        slashes = int(_slashes_before(chunk, np.array([len(chunk)]), slashes)[0])
+    # One more past the end: a search of the structure always finds one.
+    return (
+        np.concatenate([*positions, [len(data)]], dtype=offsets),
+        np.concatenate([*codes, [0]], dtype=np.int8),
+        np.concatenate([*depths, [0]], dtype=np.int16),
+    )
 
 
-def _escaped(chunk: np.ndarray, quotes: np.ndarray, carry: int) -> np.ndarray:
-    """Which ``quotes`` (offsets in ``chunk``) an odd run of backslashes escapes.
+def _slashes_before(chunk: np.ndarray, ends: np.ndarray, carry: int) -> np.ndarray:
+    """How many backslashes run up to each of ``ends`` (ascending offsets in ``chunk``).
 
     ``carry`` is the run of backslashes that ended the previous chunk.
     """
-    escaped = np.zeros(quotes.size, bool)
-    if quotes[0] == 0:
-        escaped[0] = carry % 2 == 1
-    inner = quotes[quotes > 0]
-    after = inner[chunk[inner - 1] == _BACKSLASH]
-    if after.size:  # rare: text with escaped quotes
+    runs = np.where(ends == 0, carry, 0)
+    after = ends[(ends > 0) & (chunk[ends - 1] == _BACKSLASH)]
+    if after.size:  # rare: text with escapes
         slash = (chunk == _BACKSLASH).view(np.int8)
         starts = np.flatnonzero(np.diff(slash, prepend=np.int8(0)) == 1)
         first = starts[np.searchsorted(starts, after - 1, side="right") - 1]
-        run = after - first + np.where(first == 0, carry, 0)
-        escaped[np.searchsorted(quotes, after)] = run % 2 == 1
-    return escaped
+        runs[np.searchsorted(ends, after)] = after - first + np.where(first == 0, carry, 0)
+    return runs
 
 
-def _trailing_slashes(chunk: np.ndarray, carry: int) -> int:
-    """The run of backslashes that ends ``chunk`` (with ``carry`` if it is all of them)."""
-    if not chunk.size or chunk[-1] != _BACKSLASH:
-        return 0
-    other = np.flatnonzero(chunk[::-1] != _BACKSLASH)
-    return int(other[0]) if other.size else len(chunk) + carry
-
-
+@attrs.frozen
 class _Pieces:
-    """A document parsed in pieces along its structure (see :func:`_scan`)."""
+    """A document parsed in pieces along its structure (the arrays of :func:`_scan`)."""
 
-    def __init__(self, view: memoryview, structure: _Structure, what: str, numbers: bool) -> None:
-        self._view = view
-        self._numbers = numbers
-        self._positions = structure.positions
-        self._codes = structure.codes
-        self._depths = structure.depths
-        self._what = what
+    view: memoryview
+    positions: np.ndarray
+    codes: np.ndarray
+    depths: np.ndarray
+    what: str
+    numbers: bool
 
     def value(self, start: int, end: int) -> Any:
-        """The value in ``[start, end)``, which may have blanks around it."""
-        if end - start <= PIECE:
-            return self._loads(start, end)
-        lo, hi = (int(i) for i in np.searchsorted(self._positions, (start, end)))
-        if lo == hi:  # no structure: one long string or number
-            return self._loads(start, end)
-        opener, closer = int(self._positions[lo]), int(self._positions[hi - 1])
-        code, depth = int(self._codes[lo]), int(self._depths[lo])
+        """The value in ``[start, end)``, which may have blanks around it.
+
+        ``end`` is a structural byte's offset (a comma or a closer) or the
+        document's end.
+        """
+        lo, hi = (int(i) for i in np.searchsorted(self.positions, (start, end)))
+        opener, closer = int(self.positions[lo]), int(self.positions[hi - 1])
+        code, depth = int(self.codes[lo]), int(self.depths[lo])
+        # With no structure within (lo == hi), the entry at lo is the comma or
+        # closer at ``end``, or the one past the document's end: no opener.
+        if (
+            end - start <= PIECE
+            or code not in (_OPEN_ARRAY, _OPEN_OBJECT)
+            or not _blank(self.view[start:opener])
+        ):
+            return self._loads(start, end)  # orjson says what is wrong, if anything is
         inside = slice(lo + 1, hi - 1)
-        whole = (
-            code in (_OPEN_ARRAY, _OPEN_OBJECT)
-            and self._codes[hi - 1] == code + 2
-            and self._depths[hi - 1] == depth - 1
-            and (lo + 1 == hi - 1 or int(self._depths[inside].min()) >= depth)
-            and _blank(self._view[start:opener])
-            and _blank(self._view[closer + 1 : end])
-        )
-        if not whole:
-            if code in (_OPEN_ARRAY, _OPEN_OBJECT) and _blank(self._view[start:opener]):
-                # Not one array or object: said without parsing what comes before.
-                raise BadRequestError(
-                    f"{self._what} is not valid JSON: the array or object at byte {opener} "
-                    "is not closed where the value ends, or something follows it."
-                )
-            return self._loads(start, end)  # a long string or number: orjson says what is wrong
-        commas = (self._depths[inside] == depth) & (self._codes[inside] == _COMMA)
-        bounds = np.concatenate(([opener], self._positions[inside][commas], [closer]))
-        if len(bounds) == 2 and lo + 1 == hi - 1 and _blank(self._view[opener + 1 : closer]):
+        if not (
+            self.codes[hi - 1] == code + 2
+            and self.depths[hi - 1] == depth - 1
+            and np.all(self.depths[inside] >= depth)
+            and _blank(self.view[closer + 1 : end])
+        ):
+            # Not one array or object: said without parsing what comes before.
+            raise BadRequestError(
+                f"{self.what} is not valid JSON: the array or object at byte {opener} "
+                "is not closed where the value ends, or something follows it."
+            )
+        commas = (self.depths[inside] == depth) & (self.codes[inside] == _COMMA)
+        bounds = np.concatenate(([opener], self.positions[inside][commas], [closer]))
+        if len(bounds) == 2 and lo + 1 == hi - 1 and _blank(self.view[opener + 1 : closer]):
             return [] if code == _OPEN_ARRAY else {}
         if code == _OPEN_ARRAY:
             return self._array(bounds)
         members: dict[str, Any] = {}
         for first, last, alone in _groups(bounds):
             if alone:
-                key, member = self._member(first, last, depth)
-                members[key] = member
+                members.update(self._member(first, last, depth))
             else:
-                members.update(self._run(first, last, b"{", b"}"))
+                members.update(self._loads(first, last, b"{", b"}"))
         return members
 
     def _array(self, bounds: np.ndarray) -> Any:
         """An array's items, from its brackets and commas; with ``numbers``, maybe an array."""
         parts: list[Any] = []  # lists of items, or NumPy arrays of items (with numbers)
-        numbers = self._numbers
+        numbers = self.numbers
         for first, last, alone in _groups(bounds):
             if alone:
                 item = self.value(first, last)
-                parts.append(item[None] if isinstance(item, np.ndarray) else [item])
-                continue
-            items = self._run(first, last, b"[", b"]")
-            if numbers:
-                block = _numbers(items)
-                numbers = block is not None
-                parts.append(items if block is None else block)
+                items = item[None] if isinstance(item, np.ndarray) else [item]
+                numbers = numbers and isinstance(item, np.ndarray)
             else:
-                parts.append(items)
-        blocks = all(isinstance(part, np.ndarray) for part in parts)
-        if blocks and len({part.shape[1:] for part in parts}) == 1:
+                items = self._loads(first, last, b"[", b"]")
+            block = _numbers(items) if numbers else None
+            numbers = block is not None
+            parts.append(items if block is None else block)
+        if numbers and len({part.shape[1:] for part in parts}) == 1:  # all parts are arrays
             return np.concatenate(parts)
         items = []
         for part in parts:  # ragged, or not all numbers: lists, as orjson gives
             items.extend(part.tolist() if isinstance(part, np.ndarray) else part)
         return items
 
-    def _member(self, start: int, end: int, depth: int) -> tuple[str, Any]:
+    def _member(self, start: int, end: int, depth: int) -> dict[str, Any]:
         """One long ``"key": value`` of an object whose inside is ``depth`` deep."""
-        lo, hi = np.searchsorted(self._positions, (start, end))
-        colons = np.flatnonzero((self._depths[lo:hi] == depth) & (self._codes[lo:hi] == _COLON))
-        if not colons.size:
-            raise BadRequestError(
-                f"{self._what} is not valid JSON: an object's member has no ':' (byte {start})."
-            )
-        colon = int(self._positions[lo + colons[0]])
-        key = self._loads(start, colon)
-        if not isinstance(key, str):
-            raise BadRequestError(
-                f"{self._what} is not valid JSON: an object's key is not a string (byte {start})."
-            )
-        return key, self.value(colon + 1, end)
-
-    def _run(self, start: int, end: int, before: bytes, after: bytes) -> Any:
-        """A run of items between commas, parsed inside ``before`` and ``after``."""
-        items = self._loads(start, end, before, after)
-        if not items:  # only blanks between two commas
-            raise BadRequestError(
-                f"{self._what} is not valid JSON: an empty item between commas (byte {start})."
-            )
-        return items
+        lo, hi = np.searchsorted(self.positions, (start, end))
+        colons = np.flatnonzero((self.depths[lo:hi] == depth) & (self.codes[lo:hi] == _COLON))
+        if not colons.size:  # not a member: orjson says what is wrong
+            return self._loads(start, end, b"{", b"}")
+        colon = int(self.positions[lo + colons[0]])
+        # Parsed as {key: 0}: orjson checks that the key is a string.
+        (key,) = self._loads(start, colon + 1, b"{", b"0}")
+        return {key: self.value(colon + 1, end)}
 
     def _loads(self, start: int, end: int, before: bytes = b"", after: bytes = b"") -> Any:
-        piece = self._view[start:end]
+        """``[start, end)`` parsed, between ``before`` and ``after`` if given.
+
+        With them, it is a run of items, or a member's key: never nothing.
+        """
+        piece = self.view[start:end]
         if before:
             piece = before + piece + after  # type: ignore[assignment]
         try:
-            return orjson.loads(piece)
+            value = orjson.loads(piece)
         except orjson.JSONDecodeError as error:
             raise BadRequestError(
-                f"{self._what} is not valid JSON: {error.msg} (near byte "
+                f"{self.what} is not valid JSON: {error.msg} (near byte "
                 f"{start + max(error.pos - len(before), 0)})."
             ) from None
+        if before and not value:  # only blanks between two commas
+            raise BadRequestError(
+                f"{self.what} is not valid JSON: an empty item between commas (byte {start})."
+            )
+        return value
 
 
 def _groups(bounds: np.ndarray) -> Iterator[tuple[int, int, bool]]:
@@ -317,19 +278,11 @@ def _groups(bounds: np.ndarray) -> Iterator[tuple[int, int, bool]]:
     items of about :data:`PIECE` bytes, without the brackets around them.
     """
     sizes = np.diff(bounds)
-    long = np.flatnonzero(sizes > PIECE).tolist()
-    done = 0
-    for index in [*long, len(sizes)]:
-        if index > done:  # the short items done..index-1, in runs
-            run = bounds[done : index + 1]
-            targets = np.arange(int(run[0]) + PIECE, int(run[-1]), PIECE)
-            cuts = np.unique(np.searchsorted(run, targets)).tolist()
-            edges = [0, *(c for c in cuts if 0 < c < len(run) - 1), len(run) - 1]
-            for a, b in itertools.pairwise(edges):
-                yield int(run[a]) + 1, int(run[b]), False
-        if index < len(sizes):
-            yield int(bounds[index]) + 1, int(bounds[index + 1]), True
-        done = index + 1
+    long = np.flatnonzero(sizes > PIECE)
+    targets = np.searchsorted(bounds, np.arange(int(bounds[0]) + PIECE, int(bounds[-1]), PIECE))
+    cuts = np.unique(np.concatenate(([0, len(sizes)], targets, long, long + 1)))
+    for a, b in itertools.pairwise(cuts.tolist()):
+        yield int(bounds[a]) + 1, int(bounds[b]), b == a + 1 and bool(sizes[a] > PIECE)
 
 
 def _numbers(items: list[Any]) -> np.ndarray | None:
@@ -342,15 +295,14 @@ def _numbers(items: list[Any]) -> np.ndarray | None:
 
 
 def _blank(view: memoryview) -> bool:
-    if len(view) <= 4096:
-        return not bytes(view).strip(_BLANK)
+    """Whether ``view`` holds only JSON's blanks (or nothing)."""
     return bool(_IS_BLANK[np.frombuffer(view, np.uint8)].all())  # without the GIL
 
 
 def as_array(values: Any, dtype: np.dtype | None = None) -> np.ndarray | None:
     """Rows of numbers (nested lists, or an array :func:`loads` made) as one array.
 
-    Lists are converted a block of rows per NumPy call.
+    Lists are converted a block of rows per NumPy call (:func:`_blocks`).
 
     Args:
         values: The rows (the first dimension).
@@ -362,48 +314,35 @@ def as_array(values: Any, dtype: np.dtype | None = None) -> np.ndarray | None:
         ragged rows, integers past 64 bits): the caller then passes them on,
         and the model's input check says what is wrong with them.
     """
-    if isinstance(values, np.ndarray):
-        parts = [values] if values.dtype.kind in "biuf" else None
-    elif isinstance(values, list) and values:
-        parts = _blocks(values)
-    else:
-        parts = None
-    if parts is None:
+    parts = _blocks(values)
+    if not parts:
         return None
     found = np.result_type(*parts)
-    # Floats stay floats for an integer input, which refuses them.
-    target = found
-    if (
-        dtype is not None
-        and dtype.kind in "biuf"
-        and not (found.kind == "f" and dtype.kind in "iu")
-    ):
-        target = dtype
+    target = dtype if dtype is not None and dtype.kind in "biuf" else found
+    if found.kind == "f" and target.kind in "iu":
+        target = found  # floats stay floats for an integer input, which refuses it
     if len(parts) == 1:
         return parts[0].astype(target, copy=False)  # casts without the GIL
-    out = np.empty((sum(len(part) for part in parts), *parts[0].shape[1:]), target)
-    offset = 0
-    for part in parts:  # a copy that casts, without the GIL
-        out[offset : offset + len(part)] = part
-        offset += len(part)
-    return out
+    return np.concatenate(parts, dtype=target, casting="unsafe")  # one copy that casts
 
 
-def _blocks(values: list[Any]) -> list[np.ndarray] | None:
-    """``values`` as arrays of a block of rows each, or ``None`` if they are not numbers."""
-    if len(values) <= _FEW_ROWS:  # most requests: one call
-        block = _numbers(values)
-        return None if block is None else [block]
-    try:
-        head = np.asarray(values[0])
-    except (ValueError, TypeError, OverflowError):
-        return None
-    step = max(1, _ELEMENTS // max(1, head.size))
-    blocks = []
-    for first in range(0, len(values), step):
+def _blocks(values: Any) -> list[np.ndarray]:
+    """``values`` as arrays of a block of rows each; none if they are not numbers of one shape.
+
+    The first block is :data:`_FEW_ROWS` rows; the others about
+    :data:`_ELEMENTS` numbers each.
+    """
+    if isinstance(values, np.ndarray):
+        return [values] if values.dtype.kind in "biuf" else []
+    head = _numbers(values[:_FEW_ROWS]) if isinstance(values, list) and values else None
+    if head is None:
+        return []
+    step = step_for(head.size // len(head))
+    blocks = [head]
+    for first in range(len(head), len(values), step):
         block = _numbers(values[first : first + step])
-        if block is None or block.shape[1:] != head.shape:
-            return None
+        if block is None or block.shape[1:] != head.shape[1:]:
+            return []
         blocks.append(block)
     return blocks
 
@@ -432,55 +371,33 @@ def step_for(item_size: int) -> int:
 def dumps(value: Any) -> bytes:
     """``value`` as JSON (NumPy arrays as nested lists), long arrays a piece at a time.
 
-    :class:`LazyList`, long lists and NumPy arrays are written in pieces of
-    about :data:`_ELEMENTS` numbers, each one orjson call, and so are the
-    members of dicts and the items of lists that hold them; anything else in
-    one call.
+    :class:`LazyList`, lists longer than :data:`_ELEMENTS` items and NumPy
+    arrays of more numbers are written in pieces of about that many numbers,
+    each one orjson call, wherever they are in dicts and lists; the rest, and
+    those pieces as a list of :class:`orjson.Fragment`, in one call.
     """
-    if not _long(value):  # most answers: one call
-        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
-    parts: list[bytes] = []
-    _dump(value, parts)
-    return b"".join(parts)
+    return orjson.dumps(_written(value), option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _long(value: Any) -> bool:
-    """Whether ``value`` holds something :func:`dumps` writes in pieces."""
-    if isinstance(value, LazyList):
-        return True
-    if isinstance(value, np.ndarray):
-        return value.size > _ELEMENTS
+def _written(value: Any) -> Any:
+    """``value`` with what :func:`dumps` writes in pieces already written, as fragments."""
     if isinstance(value, dict):
-        return any(_long(item) for item in value.values())
-    if isinstance(value, list):
-        return len(value) > _ELEMENTS or any(
-            _long(item) for item in value if isinstance(item, _CONTAINERS)
-        )
-    return False
-
-
-def _dump(value: Any, parts: list[bytes]) -> None:
-    if isinstance(value, dict):
-        parts.append(b"{")
-        for index, (key, item) in enumerate(value.items()):
-            parts.append(b"," if index else b"")
-            parts += (orjson.dumps(key), b":")
-            _dump(item, parts)
-        parts.append(b"}")
-    elif isinstance(value, LazyList):
-        _dump_pieces(value.length, value.make, value.step, parts)
-    elif isinstance(value, np.ndarray) and value.ndim and value.size > _ELEMENTS:
-        _dump_pieces(len(value), _slicer(value), step_for(value[0].size), parts)
+        return {key: _written(item) for key, item in value.items()}
+    if isinstance(value, np.ndarray) and value.ndim and value.size > _ELEMENTS:
+        value = LazyList(len(value), _slicer(value), step_for(value[0].size))
     elif isinstance(value, list) and len(value) > _ELEMENTS:
-        _dump_pieces(len(value), _slicer(value), _ELEMENTS, parts)
+        value = LazyList(len(value), _slicer(value), _ELEMENTS)
     elif isinstance(value, list) and any(isinstance(item, _CONTAINERS) for item in value):
-        parts.append(b"[")  # a v2 answer's outputs: each may hold a long array
-        for index, item in enumerate(value):
-            parts.append(b"," if index else b"")
-            _dump(item, parts)
-        parts.append(b"]")
-    else:
-        parts.append(orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY))
+        return [_written(item) for item in value]
+    if not isinstance(value, LazyList):
+        return value
+    # Items of the array written, without its brackets: orjson adds them.
+    pieces = []
+    for first in range(0, value.length, value.step):
+        items = value.make(first, first + value.step)
+        piece = orjson.dumps(items, option=orjson.OPT_SERIALIZE_NUMPY)
+        pieces.append(orjson.Fragment(piece[1:-1]))
+    return pieces
 
 
 _CONTAINERS = (dict, list, np.ndarray, LazyList)
@@ -488,13 +405,3 @@ _CONTAINERS = (dict, list, np.ndarray, LazyList)
 
 def _slicer(items: Any) -> Callable[[int, int], Any]:
     return lambda start, stop: items[start:stop]
-
-
-def _dump_pieces(
-    length: int, make: Callable[[int, int], Any], step: int, parts: list[bytes]
-) -> None:
-    parts.append(b"[")
-    for first in range(0, length, step):
-        piece = orjson.dumps(make(first, first + step), option=orjson.OPT_SERIALIZE_NUMPY)
-        parts += (b"," if first else b"", piece[1:-1])
-    parts.append(b"]")
