@@ -123,3 +123,32 @@ def test_signature_of_a_keras_file(registry, tmp_path):
     registry.load("file", 1, path)
     assert registry.signature("file").inputs[0].name == "features"
     assert registry.infer("file", {"features": [[0, 0, 0]]}).outputs["output_0"].shape == (1, 2)
+
+
+def test_check_names_and_check_shape_refuse_what_infer_refuses_before_any_value():
+    spec = lc.NamedTensorSpec("a", "float32", (None, 2))
+    signature = lc.ServingSignature(
+        inputs=(spec, lc.NamedTensorSpec("b", "int64", (None,))), outputs=()
+    )
+    signature.check_names({"b": None, "a": None})
+    with pytest.raises(
+        ValueError, match=r"inputs \['a', 'c'\] .* missing \['b'\], unknown \['c'\]\."
+    ):
+        signature.check_names(["a", "c"])
+    # A request may send any number of names, of any length: the message shows a few, cut short.
+    many = [f"x{i:03d}" + "y" * 200 for i in range(1000)]
+    with pytest.raises(
+        ValueError, match=r"missing \['a', 'b'\], unknown \['x000y+\.\.\.y+', "
+    ) as caught:
+        signature.check_names(many)
+    assert len(str(caught.value)) < 500
+    spec.check_shape((7, 2))
+    spec.check_shape([0, 2])
+    with pytest.raises(
+        ValueError, match=r"Input 'a' has shape \(1, 3\), but the model takes \(-1, 2\)"
+    ):
+        spec.check_shape([1, 3])
+    with pytest.raises(ValueError, match=r"has shape \(2,\), but the model takes \(-1, 2\)"):
+        spec.check_shape((2,))
+    with pytest.raises(ValueError, match=r"Input 'request_key' has shape \(2,\)"):
+        spec.check_shape((2,), name="request_key")

@@ -9,7 +9,8 @@ its build; a request by name is checked against it before anything runs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import reprlib
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -42,6 +43,39 @@ class NamedTensorSpec:
     name: str
     dtype: str
     shape: tuple[int | None, ...]
+
+    def check_shape(self, shape: Sequence[int], name: str | None = None) -> None:
+        """Check that a value of ``shape`` fits this tensor: its rank, and each known dimension.
+
+        A server checks the shape a request declares before it reads any value.
+
+        Args:
+            shape: The value's dimensions.
+            name: What the message calls the value; ``None``: this tensor's name.
+
+        Raises:
+            ValueError: The rank differs, or a known dimension does; the message
+                shows both shapes.
+
+        Example:
+            >>> import lifecycle as lc
+            >>> spec = lc.NamedTensorSpec("x", "float32", (None, 4))
+            >>> spec.check_shape((2, 4))
+            >>> spec.check_shape((2, 3))
+            Traceback (most recent call last):
+            ...
+            ValueError: Input 'x' has shape (2, 3), but the model takes (-1, 4) (-1: any size).
+        """
+        fits = len(shape) == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, shape, strict=False)
+        )
+        if not fits:
+            called = self.name if name is None else name
+            wanted = tuple(-1 if d is None else d for d in self.shape)
+            raise ValueError(
+                f"Input {called!r} has shape {tuple(shape)}, but the model takes {wanted} "
+                "(-1: any size)."
+            )
 
 
 @attrs.frozen
@@ -88,24 +122,50 @@ class ServingSignature:
             f"The model has no input named {name!r}. Inputs: {[s.name for s in self.inputs]}"
         )
 
+    def check_names(self, names: Collection[str]) -> None:
+        """Check that ``names`` are exactly the inputs: none missing, none unknown.
+
+        A server checks the names a request gives before it reads any value.
+        The request's names are shown shortened (``reprlib``): it may send
+        many, or long ones.
+
+        Args:
+            names: The inputs a request names.
+
+        Raises:
+            ValueError: An input is missing or unknown; the message lists both.
+
+        Example:
+            >>> import lifecycle as lc
+            >>> spec = lc.NamedTensorSpec("x", "float32", (None, 4))
+            >>> signature = lc.ServingSignature(inputs=(spec,), outputs=())
+            >>> signature.check_names(["x"])
+            >>> signature.check_names(["y"])  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: The request's inputs ['y'] do not match ...: missing ['x'], unknown ['y'].
+        """
+        inputs = [spec.name for spec in self.inputs]
+        unknown = sorted(set(names) - set(inputs))
+        missing = [name for name in inputs if name not in names]
+        if unknown or missing:
+            raise ValueError(
+                f"The request's inputs {reprlib.repr(sorted(names))} do not match the model's "
+                f"inputs {inputs}: missing {missing}, unknown {reprlib.repr(unknown)}."
+            )
+
     def feed(self, inputs: Mapping[str, Any]) -> Any:
         """The model's input nest for named ``inputs``, each checked and converted.
 
         Raises:
-            ValueError: An input is missing or unknown, or its shape does not fit.
+            ValueError: An input is missing or unknown (:meth:`check_names`), or its
+                shape does not fit (:meth:`NamedTensorSpec.check_shape`).
             TypeError: A value cannot be converted to its input's dtype.
         """
-        names = [spec.name for spec in self.inputs]
-        unknown = sorted(set(inputs) - set(names))
-        missing = [name for name in names if name not in inputs]
-        if unknown or missing:
-            raise ValueError(
-                f"The request's inputs {sorted(inputs)} do not match the model's inputs "
-                f"{names}: missing {missing}, unknown {unknown}."
-            )
+        self.check_names(inputs)
         values = [_value(spec, inputs[spec.name]) for spec in self.inputs]
         if self.input_form == "dict":
-            return dict(zip(names, values, strict=True))
+            return dict(zip([spec.name for spec in self.inputs], values, strict=True))
         if self.input_form == "list":
             return values
         return values[0]
@@ -211,12 +271,5 @@ def _value(spec: NamedTensorSpec, value: Any) -> np.ndarray | tf.Tensor:
             shape = fed.shape
     except (TypeError, ValueError) as error:
         raise TypeError(f"Input {spec.name!r} must hold {spec.dtype} values: {error}") from None
-    fits = len(shape) == len(spec.shape) and all(
-        want is None or want == got for want, got in zip(spec.shape, shape, strict=False)
-    )
-    if not fits:
-        wanted = tuple(-1 if d is None else d for d in spec.shape)
-        raise ValueError(
-            f"Input {spec.name!r} has shape {shape}, but the model takes {wanted} (-1: any size)."
-        )
+    spec.check_shape(shape)
     return fed

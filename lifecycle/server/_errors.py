@@ -17,9 +17,10 @@ right bearer token is 401, and one to a server whose admin API is turned off
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import grpc
@@ -45,7 +46,7 @@ __all__ = [
     "UnauthorizedError",
     "WireError",
     "error_status",
-    "grpc_answer",
+    "grpc_answered",
     "wire_message",
 ]
 
@@ -124,7 +125,6 @@ ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
     (LifecycleError, WireError(503, "UNAVAILABLE")),
 )
 
-_INTERNAL = WireError(500, "INTERNAL")
 _log = logging.getLogger("lifecycle.server")
 T = TypeVar("T")
 
@@ -137,24 +137,30 @@ def error_status(error: BaseException) -> WireError:
     for kind, wire in ERRORS:
         if isinstance(error, kind):
             return wire
-    return _INTERNAL
+    return WireError(500, "INTERNAL")
 
 
-def grpc_answer(context: grpc.ServicerContext, method: str, call: Callable[[], T]) -> T:
-    """``call()``'s answer, or the gRPC call aborted with its error's code and message.
+def grpc_answered(method: Callable[..., T]) -> Callable[..., T]:
+    """A gRPC method (its last argument the call's context) whose errors abort the call.
 
-    An error of status 500 or more is logged with its traceback, as the REST
-    app logs it.
+    The call ends with the code of the error's row of :data:`ERRORS` and its
+    :func:`wire_message`. An error of status 500 or more is logged with its
+    traceback, naming the method, as the REST app logs it.
     """
-    try:
-        return call()
-    except Exception as error:
-        wire = error_status(error)
-        if wire.status >= 500:
-            _log.error("gRPC %s failed", method, exc_info=error)
-        code, message = wire.grpc_code, wire_message(error)
-    context.abort(code, message)  # raises: the call ends here
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    @functools.wraps(method)
+    def answered(*args: Any) -> T:
+        try:
+            return method(*args)
+        except Exception as error:
+            wire = error_status(error)
+            if wire.status >= 500:
+                _log.error("gRPC %s failed", method.__name__, exc_info=error)
+            code, message = wire.grpc_code, wire_message(error)
+        args[-1].abort(code, message)  # raises: the call ends here
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return answered
 
 
 def wire_message(error: BaseException) -> str:

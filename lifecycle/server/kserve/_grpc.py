@@ -9,39 +9,35 @@
     RepositoryModelLoad, RepositoryModelUnload     (admin calls)
 
 What ``tritonclient.grpc`` speaks. The messages come from
-``open_inference.proto`` (see ``_open_inference``). ``ModelInfer`` takes inputs
-as ``raw_input_contents`` (tritonclient's default) or typed ``contents``, and
-answers every output in ``raw_output_contents``, as Triton does: that is what
-tritonclient's ``InferResult.as_numpy`` reads for every datatype. A request
-resolves its version once (:meth:`ModelRegistry.serving`) and decodes against
-that version's signature: each input's name, datatype and declared shape (rank,
-known dimensions, ``--max_request_rows``) are checked before its values are
-read, and the values must then be exactly those the shape holds. Errors abort
-the call with the code of their row in :data:`~lifecycle.server._errors.ERRORS`;
-the admin calls' credentials are checked before a method runs, by the server's
-interceptor (``_auth``). Other methods of the service (streaming, statistics,
-shared memory, trace and log settings, model configuration) answer
-``UNIMPLEMENTED``.
+``open_inference.proto`` (see ``_open_inference``); each method runs the
+protocol's step that the REST face runs too (``_rest``) and answers its fields.
+``ModelInfer`` takes inputs as ``raw_input_contents`` (tritonclient's default)
+or typed ``contents``, and answers every output in ``raw_output_contents``, as
+Triton does: that is what tritonclient's ``InferResult.as_numpy`` reads for
+every datatype. A request resolves its version once and decodes against that
+version's signature (``_rest.infer``). Errors abort the call with the code of
+their row in :data:`~lifecycle.server._errors.ERRORS`; the admin calls'
+credentials are checked before a method runs, by the server's interceptor
+(``_auth``). Other methods of the service (streaming, statistics, shared
+memory, trace and log settings, model configuration) answer ``UNIMPLEMENTED``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from .._auth import grpc_sticky_key
-from .._errors import BadRequestError, grpc_answer
+from .._errors import BadRequestError, grpc_answered
 from .._service import ModelService
-from .._shapes import check_shape
-from ._open_inference import SERVICE, message, methods
-from ._rest import model_metadata, model_ready, repository_index, server_metadata
-from ._tensors import check_input, from_contents, from_raw, output_names, to_raw
+from ._open_inference import SERVICE, methods
+from ._rest import infer, model_metadata, model_ready, repository_index, server_metadata
+from ._tensors import from_contents, from_raw, to_raw
 
 __all__ = ["add_inference_service"]
-
-_InferResponse = message("ModelInferResponse")
 
 
 def add_inference_service(server: grpc.Server, service: ModelService) -> None:
@@ -51,41 +47,117 @@ def add_inference_service(server: grpc.Server, service: ModelService) -> None:
         server: A gRPC server not yet started (``build_grpc_server``'s).
         service: The server's models and configuration, shared with the other adapters.
     """
-    server.add_generic_rpc_handlers((_Handler(_InferenceService(service)),))
+    servicer = _Servicer(service)
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            grpc_answered(_replying(getattr(servicer, name), response)),
+            request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString,
+        )
+        for name, (request, response) in methods().items()
+    }
+    # The methods served first; the protocol's others are refused with a message.
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE, handlers), _Unimplemented(sorted(handlers)))
+    )
 
 
-class _Handler(grpc.GenericRpcHandler):
-    """The service's methods by name; ``UNIMPLEMENTED`` for the others of the protocol."""
+def _replying(
+    method: Callable[[Any, grpc.ServicerContext], dict[str, Any]], response: type
+) -> Callable[[Any, grpc.ServicerContext], Any]:
+    """``method``, answering its fields as a ``response`` (named as ``method`` in logs)."""
 
-    def __init__(self, servicer: _InferenceService) -> None:
-        self._handlers = {
-            f"/{SERVICE}/{name}": grpc.unary_unary_rpc_method_handler(
-                getattr(servicer, name),
-                request_deserializer=request.FromString,
-                response_serializer=response.SerializeToString,
-            )
-            for name, (request, response) in methods().items()
-        }
+    @functools.wraps(method)
+    def reply(request: Any, context: grpc.ServicerContext) -> Any:
+        return response(**method(request, context))
+
+    return reply
+
+
+class _Unimplemented(grpc.GenericRpcHandler):
+    """The protocol's methods not served: ``UNIMPLEMENTED``, naming those that are."""
+
+    def __init__(self, served: list[str]) -> None:
+        self._served = ", ".join(served)
 
     def service(
         self, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler | None:
         method = handler_call_details.method  # type: ignore[attr-defined]
-        handler = self._handlers.get(method)
-        if handler is not None or not method.startswith(f"/{SERVICE}/"):
-            return handler  # None: not this service's (gRPC answers UNIMPLEMENTED)
-        name = method.rsplit("/", 1)[-1]
-        served = ", ".join(sorted(m.rsplit("/", 1)[-1] for m in self._handlers))
+        if not method.startswith(f"/{SERVICE}/"):
+            return None  # not this service's: gRPC answers UNIMPLEMENTED
+        message = f"{method[1:]} is not served by this server; it serves {self._served}."
 
         def unimplemented(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"{SERVICE}/{name} is not served by this server; it serves {served}.",
-            )
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
 
-        if name == "ModelStreamInfer":  # a stream both ways: the client waits for a stream
+        if method.endswith("/ModelStreamInfer"):  # a stream both ways: the client waits for one
             return grpc.stream_stream_rpc_method_handler(unimplemented)
         return grpc.unary_unary_rpc_method_handler(unimplemented)
+
+
+class _Servicer:
+    """The methods of ``inference.GRPCInferenceService``, each answering its response's fields."""
+
+    def __init__(self, service: ModelService) -> None:
+        self._service = service
+
+    def ServerLive(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        return {"live": True}
+
+    def ServerReady(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        return {"ready": self._service.ready}
+
+    def ServerMetadata(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        return server_metadata()
+
+    def ModelReady(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        version = _version(request.version)
+        return {"ready": model_ready(self._service, _name(request.name), version)}
+
+    def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        return model_metadata(self._service, _name(request.name), _version(request.version))
+
+    def RepositoryIndex(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        return {"models": repository_index(self._service, request.ready)}
+
+    def RepositoryModelLoad(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        self._service.load(_name(request.model_name))
+        return {}
+
+    def RepositoryModelUnload(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        self._service.unload(_name(request.model_name))
+        return {}
+
+    def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        """Raw or typed contents in, every output in ``raw_output_contents``."""
+        name, version = _name(request.model_name), _version(request.model_version)
+        raw = list(request.raw_input_contents)
+        if raw and len(raw) != len(request.inputs):
+            raise BadRequestError(
+                f"The request has {len(request.inputs)} inputs but {len(raw)} "
+                "raw_input_contents: send one per input, in the order of 'inputs', or none."
+            )
+        inputs = []
+        for index, tensor in enumerate(request.inputs):
+            shape = list(tensor.shape)
+            if not raw:
+                inputs.append((tensor.name, tensor.datatype, shape, from_contents, tensor.contents))
+                continue
+            if tensor.HasField("contents"):
+                raise BadRequestError(
+                    f"Input {tensor.name!r} has 'contents' in a request with "
+                    "raw_input_contents: send every input one way."
+                )
+            inputs.append((tensor.name, tensor.datatype, shape, from_raw, raw[index]))
+        requested = [output.name for output in request.outputs] or None
+        key = grpc_sticky_key(context, self._service.config)
+        answer, arrays = infer(self._service, name, version, key, inputs, requested)
+        return {
+            **answer,
+            "id": request.id,
+            "raw_output_contents": [to_raw(array) for array in arrays],
+        }
 
 
 def _version(version: str) -> int | None:
@@ -101,112 +173,3 @@ def _name(name: str) -> str:
     if not name:
         raise BadRequestError("The request names no model.")
     return name
-
-
-class _InferenceService:
-    """The methods of ``inference.GRPCInferenceService``, each as its generated servicer's."""
-
-    def __init__(self, service: ModelService) -> None:
-        self._service = service
-        self._messages = methods()
-
-    def _response(self, method: str, **fields: Any) -> Any:
-        return self._messages[method][1](**fields)
-
-    def ServerLive(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._response("ServerLive", live=True)
-
-    def ServerReady(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._response("ServerReady", ready=self._service.ready)
-
-    def ServerMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self._response("ServerMetadata", **server_metadata())
-
-    def ModelReady(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return grpc_answer(
-            context,
-            "ModelReady",
-            lambda: self._response(
-                "ModelReady",
-                ready=model_ready(self._service, _name(request.name), _version(request.version)),
-            ),
-        )
-
-    def ModelMetadata(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return grpc_answer(
-            context,
-            "ModelMetadata",
-            lambda: self._response(
-                "ModelMetadata",
-                **model_metadata(self._service, _name(request.name), _version(request.version)),
-            ),
-        )
-
-    def ModelInfer(self, request: Any, context: grpc.ServicerContext) -> Any:
-        key = grpc_sticky_key(context, self._service.config)
-        return grpc_answer(context, "ModelInfer", lambda: self._infer(request, key))
-
-    def _infer(self, request: Any, key: str | None) -> Any:
-        name, version = _name(request.model_name), _version(request.model_version)
-        raw = list(request.raw_input_contents)
-        if raw and len(raw) != len(request.inputs):
-            raise BadRequestError(
-                f"The request has {len(request.inputs)} inputs but {len(raw)} "
-                "raw_input_contents: send one per input, in the order of 'inputs', or none."
-            )
-        requested = [output.name for output in request.outputs] or None
-        max_rows = self._service.config.max_request_rows
-        with self._service.registry.serving(name, version=version, key=key) as lease:
-            inputs: dict[str, Any] = {}
-            for index, tensor in enumerate(request.inputs):
-                spec = check_input(lease.signature, tensor.name, tensor.datatype, inputs)
-                # The declared shape alone, before any value is read.
-                check_shape(spec.name, tensor.shape, spec, max_rows)
-                shape = list(tensor.shape)
-                if raw:
-                    if tensor.HasField("contents"):
-                        raise BadRequestError(
-                            f"Input {spec.name!r} has 'contents' in a request with "
-                            "raw_input_contents: send every input one way."
-                        )
-                    inputs[spec.name] = from_raw(spec.name, tensor.datatype, shape, raw[index])
-                else:
-                    inputs[spec.name] = from_contents(
-                        spec.name, tensor.datatype, shape, tensor.contents
-                    )
-            names = output_names(requested, [spec.name for spec in lease.signature.outputs])
-            result = lease.infer(inputs)
-        response = _InferResponse(model_name=name, model_version=str(result.version), id=request.id)
-        for output in names:
-            array = result.outputs[output]
-            datatype, data = to_raw(array)
-            response.outputs.add(name=output, datatype=datatype, shape=list(array.shape))
-            response.raw_output_contents.append(data)
-        return response
-
-    def RepositoryIndex(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return grpc_answer(
-            context,
-            "RepositoryIndex",
-            lambda: self._response(
-                "RepositoryIndex", models=repository_index(self._service, request.ready)
-            ),
-        )
-
-    def RepositoryModelLoad(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return grpc_answer(
-            context,
-            "RepositoryModelLoad",
-            lambda: self._repository(self._service.load, "RepositoryModelLoad", request),
-        )
-
-    def RepositoryModelUnload(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return grpc_answer(
-            context,
-            "RepositoryModelUnload",
-            lambda: self._repository(self._service.unload, "RepositoryModelUnload", request),
-        )
-
-    def _repository(self, call: Callable[[str], None], method: str, request: Any) -> Any:
-        call(_name(request.model_name))
-        return self._response(method)

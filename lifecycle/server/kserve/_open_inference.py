@@ -28,7 +28,7 @@ import base64
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-__all__ = ["SERVICE", "message", "methods"]
+__all__ = ["SERVICE", "methods"]
 
 #: The gRPC service's full name: methods are ``/inference.GRPCInferenceService/<Name>``.
 SERVICE = "inference.GRPCInferenceService"
@@ -115,11 +115,6 @@ _COMPILED = (
 _POOL = descriptor_pool.DescriptorPool()
 for _file in descriptor_pb2.FileDescriptorSet.FromString(base64.b64decode(_COMPILED)).file:
     _POOL.AddSerializedFile(_file.SerializeToString())
-
-
-def message(name: str) -> type:
-    """The message class ``inference.<name>`` (nested ones as ``Outer.Inner``)."""
-    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"inference.{name}"))
 
 
 def methods() -> dict[str, tuple[type, type]]:

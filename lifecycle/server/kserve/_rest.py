@@ -20,15 +20,19 @@ nothing (the request's ``parameters.binary_data_output: true``); such an
 answer is ``application/octet-stream`` with the same header, each binary
 output's size in its ``parameters.binary_data_size``. An answer without
 binary outputs is JSON, as is every answer to a request that asks none.
-Tensors are read and written by ``_tensors``, shared with the gRPC adapter
-(``_grpc``), which answers with the helpers of this module too.
+Tensors are read and written by ``_tensors``. The protocol's steps (server
+and model metadata, model readiness, the repository index, :func:`infer`) are
+written once, here, and called by both faces: these routes and the gRPC
+service (``_grpc``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
 
+import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -42,19 +46,11 @@ from .._http import blocking, json_response, read_body, read_json
 from .._json import dumps, loads
 from .._service import ModelService
 from .._shapes import check_shape
-from ._tensors import (
-    check_input,
-    declared_shape,
-    from_json,
-    from_raw,
-    output_names,
-    tensor_metadata,
-    to_json,
-    to_raw,
-)
+from ._tensors import DATATYPES, Decoder, from_json, from_raw, tensor_metadata, to_json, to_raw
 
 __all__ = [
     "HEADER_LENGTH",
+    "infer",
     "model_metadata",
     "model_ready",
     "repository_index",
@@ -87,7 +83,7 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
         answer = await blocking(model_ready, service, name, version)
         return json_response({"name": name, "ready": answer}, 200 if answer else 400)
 
-    async def infer(request: Request) -> Response:
+    async def run(request: Request) -> Response:
         name, version = _model(request)
         encoding = request.headers.get("content-encoding", "identity")
         if encoding.strip().lower() != "identity":
@@ -110,15 +106,13 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
         only_ready = isinstance(body, dict) and body.get("ready") is True
         return json_response(await blocking(repository_index, service, only_ready))
 
-    async def load(request: Request) -> Response:
-        authorize(request, service.config)  # an admin call
-        await blocking(service.load, request.path_params["name"])
-        return json_response({})
+    def admin(call: Callable[[str], None]) -> Callable[[Request], Any]:
+        async def repository(request: Request) -> Response:
+            authorize(request, service.config)  # an admin call
+            await blocking(call, request.path_params["name"])
+            return json_response({})
 
-    async def unload(request: Request) -> Response:
-        authorize(request, service.config)  # an admin call
-        await blocking(service.unload, request.path_params["name"])
-        return json_response({})
+        return repository
 
     path = "/v2/models/{name}"
     versioned = "/v2/models/{name}/versions/{version:int}"
@@ -130,11 +124,11 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
         Route(versioned, model),
         Route(f"{path}/ready", is_ready),
         Route(f"{versioned}/ready", is_ready),
-        Route(f"{path}/infer", infer, methods=["POST"]),
-        Route(f"{versioned}/infer", infer, methods=["POST"]),
+        Route(f"{path}/infer", run, methods=["POST"]),
+        Route(f"{versioned}/infer", run, methods=["POST"]),
         Route("/v2/repository/index", index, methods=["POST"]),
-        Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
-        Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", admin(service.load), methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", admin(service.unload), methods=["POST"]),
     ]
 
 
@@ -157,13 +151,12 @@ def model_metadata(service: ModelService, name: str, version: int | None) -> dic
         UnknownModelError: No such model or version.
     """
     signature = service.registry.signature(name, version=version)
-    statuses = service.versions(name)
     return {
         "name": name,
-        "versions": [str(s.version) for s in statuses],
+        "versions": [str(s.version) for s in service.registry.status(name)],
         "platform": "tensorflow_keras",
-        "inputs": [tensor_metadata(spec) for spec in signature.inputs],
-        "outputs": [tensor_metadata(spec) for spec in signature.outputs],
+        "inputs": [tensor_metadata(s.name, s.dtype, s.shape) for s in signature.inputs],
+        "outputs": [tensor_metadata(s.name, s.dtype, s.shape) for s in signature.outputs],
     }
 
 
@@ -185,7 +178,74 @@ def repository_index(service: ModelService, only_ready: bool) -> list[dict[str, 
     ]
 
 
-# -- infer ------------------------------------------------------------------------------
+def infer(
+    service: ModelService,
+    name: str,
+    version: int | None,
+    key: str | None,
+    inputs: Sequence[tuple[str, str, list[int], Decoder, Any]],
+    requested: Sequence[str] | None,
+) -> tuple[dict[str, Any], list[np.ndarray]]:
+    """Run a request on the version it resolves to: its answer, and the outputs' arrays.
+
+    The version is resolved once (:meth:`ModelRegistry.serving`), and each
+    input is checked against its signature before its values are read: its
+    name, its datatype, and its declared shape (rank, known dimensions,
+    ``--max_request_rows``); its decoder then takes exactly the values that
+    shape holds.
+
+    Args:
+        service: The server's models and configuration.
+        name: The model.
+        version: The version asked for; ``None``: the model's routing decides.
+        key: The request's sticky routing key, if any.
+        inputs: ``(name, datatype, shape, decoder, data)`` of each input as the
+            request sends it, the shape a list of ints.
+        requested: The outputs asked for, in order; ``None``: all of the model's.
+
+    Returns:
+        The answer's ``model_name``, ``model_version`` and ``outputs`` (each
+        output's name, datatype and shape, its values for the face to add),
+        and the arrays of those outputs, in order.
+
+    Raises:
+        BadRequestError: An input is given twice, its datatype or shape is not
+            the model's, its values do not fill its shape, or a requested
+            output is not the model's.
+        ValueError: The model has no such input.
+        UnknownModelError: No such model or version.
+    """
+    max_rows = service.config.max_request_rows
+    with service.registry.serving(name, version=version, key=key) as lease:
+        decoded: dict[str, Any] = {}
+        for input_name, datatype, shape, decode, data in inputs:
+            spec = lease.signature.input(input_name)
+            if spec.name in decoded:
+                raise BadRequestError(f"Input {spec.name!r} appears twice in the request.")
+            expected = DATATYPES.get(spec.dtype)
+            if datatype != expected:
+                raise BadRequestError(
+                    f"Input {spec.name!r} has datatype {datatype!r}; the model takes {expected!r}."
+                )
+            # The declared shape alone, before any value is read.
+            check_shape(spec.name, shape, spec, max_rows)
+            decoded[spec.name] = decode(spec.name, datatype, shape, data)
+        outputs = [spec.name for spec in lease.signature.outputs]
+        unknown = [output for output in requested or () if output not in outputs]
+        if unknown:
+            raise BadRequestError(f"The model has no outputs {unknown}. Outputs: {outputs}")
+        result = lease.infer(decoded)
+    names = outputs if requested is None else requested
+    arrays = [(output, result.outputs[output]) for output in names]
+    answer = {
+        "model_name": name,
+        "model_version": str(result.version),
+        "outputs": [tensor_metadata(output, array.dtype, array.shape) for output, array in arrays],
+    }
+    return answer, [array for _, array in arrays]
+
+
+# -- REST's infer ---------------------------------------------------------------------------
 
 
 def _model(request: Request) -> tuple[str, int | None]:
@@ -208,8 +268,21 @@ def _run_infer(
         so that the event loop, and the health checks it answers, never wait
         long for the GIL.
     """
-    header, binary = _split(body, length, service.config.max_json_depth)
-    answer, parts = _infer(service, name, version, header, binary, key)
+    request, binary = _split(body, length, service.config.max_json_depth)
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        raise BadRequestError("The request body must be an object with an 'inputs' list.")
+    inputs = _inputs(request["inputs"], binary)
+    requested, binary_outputs = _requested_outputs(request)
+    answer, arrays = infer(service, name, version, key, inputs, requested)
+    parts = []
+    for tensor, array in zip(answer["outputs"], arrays, strict=True):
+        if binary_outputs(tensor["name"]):
+            parts.append(to_raw(array))
+            tensor["parameters"] = {"binary_data_size": len(parts[-1])}
+        else:
+            tensor["data"] = to_json(array)
+    if "id" in request:
+        answer["id"] = request["id"]
     head = dumps(answer)
     if not parts:
         return head, None
@@ -246,60 +319,6 @@ def _split(body: bytearray, length: str | None, max_depth: int) -> tuple[Any, me
         raise
 
 
-def _infer(
-    service: ModelService,
-    name: str,
-    version: int | None,
-    body: Any,
-    binary: memoryview,
-    key: str | None,
-) -> tuple[dict[str, Any], list[bytes]]:
-    """Run a v2 request: its JSON answer, and the binary outputs that follow it."""
-    if not isinstance(body, dict) or not isinstance(body.get("inputs"), list):
-        raise BadRequestError("The request body must be an object with an 'inputs' list.")
-    items = body["inputs"]
-    raw = _binary_inputs(items, binary)
-    requested, binary_outputs = _requested_outputs(body)
-    max_rows = service.config.max_request_rows
-    with service.registry.serving(name, version=version, key=key) as lease:
-        inputs: dict[str, Any] = {}
-        for index, item in enumerate(items):
-            spec = check_input(lease.signature, item["name"], item["datatype"], inputs)
-            # The declared shape alone, before any value is read.
-            shape = declared_shape(spec.name, item["shape"])
-            check_shape(spec.name, shape, spec, max_rows)
-            if index in raw:
-                inputs[spec.name] = from_raw(spec.name, item["datatype"], shape, raw[index])
-            else:
-                inputs[spec.name] = from_json(item)
-        names = output_names(requested, [spec.name for spec in lease.signature.outputs])
-        result = lease.infer(inputs)
-    outputs, parts = [], []
-    for output in names:
-        array = result.outputs[output]
-        if not binary_outputs(output):
-            outputs.append(to_json(output, array))
-            continue
-        datatype, data = to_raw(array)
-        outputs.append(
-            {
-                "name": output,
-                "datatype": datatype,
-                "shape": list(array.shape),
-                "parameters": {"binary_data_size": len(data)},
-            }
-        )
-        parts.append(data)
-    answer: dict[str, Any] = {
-        "model_name": name,
-        "model_version": str(result.version),
-        "outputs": outputs,
-    }
-    if "id" in body:
-        answer["id"] = body["id"]
-    return answer, parts
-
-
 def _parameters(owner: str, item: dict[str, Any]) -> dict[str, Any]:
     parameters = item.get("parameters", {})
     if not isinstance(parameters, dict):
@@ -312,54 +331,58 @@ def _parameters(owner: str, item: dict[str, Any]) -> dict[str, Any]:
     return parameters
 
 
-def _binary_inputs(items: list[Any], binary: memoryview) -> dict[int, memoryview]:
-    """Each binary input's bytes, by its index in ``items``.
+def _inputs(items: list[Any], binary: memoryview) -> list[tuple[str, str, list[int], Decoder, Any]]:
+    """Each input as :func:`infer` takes it: its JSON ``data``, or its bytes of the binary data.
 
     Raises:
         BadRequestError: An input is malformed, or the binary sizes do not add
             up to the binary data after the JSON part.
     """
-    raw: dict[int, memoryview] = {}
+    inputs: list[tuple[str, str, list[int], Decoder, Any]] = []
     offset = 0
-    for index, item in enumerate(items):
+    for item in items:
         if not isinstance(item, dict) or not {"name", "shape", "datatype"} <= set(item):
             raise BadRequestError(
                 "Each input must be an object with 'name', 'shape', 'datatype' and 'data' "
                 "(or, in binary, 'parameters': {'binary_data_size': <bytes>})."
             )
-        parameters = _parameters(f"Input {item['name']!r}", item)
-        size = parameters.get("binary_data_size")
+        name, shape = item["name"], item["shape"]
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise BadRequestError(f"Input {name!r}: 'shape' must be a list of ints >= 0.")
+        size = _parameters(f"Input {name!r}", item).get("binary_data_size")
         if size is None:
             if "data" not in item:
                 raise BadRequestError(
-                    f"Input {item['name']!r} has neither 'data' nor 'parameters.binary_data_size'."
+                    f"Input {name!r} has neither 'data' nor 'parameters.binary_data_size'."
                 )
+            inputs.append((name, item["datatype"], shape, from_json, item["data"]))
             continue
         if "data" in item:
             raise BadRequestError(
-                f"Input {item['name']!r} has both 'data' and 'parameters.binary_data_size': "
+                f"Input {name!r} has both 'data' and 'parameters.binary_data_size': "
                 "send it one way."
             )
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise BadRequestError(
-                f"Input {item['name']!r}: binary_data_size must be a byte count >= 0. "
-                f"Received: {size!r}"
+                f"Input {name!r}: binary_data_size must be a byte count >= 0. Received: {size!r}"
             )
         if offset + size > len(binary):
             raise BadRequestError(
-                f"Input {item['name']!r} has binary_data_size {size} at byte {offset} of the "
+                f"Input {name!r} has binary_data_size {size} at byte {offset} of the "
                 f"binary data, which has only {len(binary)} bytes after the JSON part"
                 + ("" if len(binary) else f" (is the {HEADER_LENGTH} header missing?)")
                 + "."
             )
-        raw[index] = binary[offset : offset + size]
+        inputs.append((name, item["datatype"], shape, from_raw, binary[offset : offset + size]))
         offset += size
     if offset != len(binary):
         raise BadRequestError(
             f"The body has {len(binary)} bytes of binary data after its JSON part, but the "
             f"inputs' binary_data_size add up to {offset}."
         )
-    return raw
+    return inputs
 
 
 def _requested_outputs(body: dict[str, Any]) -> tuple[list[str] | None, Any]:

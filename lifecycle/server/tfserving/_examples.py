@@ -28,22 +28,26 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from google.protobuf.message import DecodeError
 from tensorflow.core.example import example_pb2, feature_pb2
 from tensorflow_serving.apis import input_pb2
 
-from ..._registry import ServingLease, ServingSignature
+from ..._registry import ServingLease
 from ..._tf import CLASSIFY_METHOD, REGRESS_METHOD
 from .._errors import BadRequestError, PayloadTooLargeError
+from .._service import ModelService
+from ._tensorproto import parse_message
 
 __all__ = [
     "CLASSIFY",
     "REGRESS",
+    "b64_bytes",
     "classifications",
     "examples_from_input",
     "examples_from_json",
+    "is_b64",
     "regressions",
     "run_examples",
+    "serve_examples",
 ]
 
 CLASSIFY = "classify"
@@ -106,23 +110,52 @@ def examples_from_input(
         >>> serialized == [listed.context.SerializeToString()] * 2
         True
     """
-    given = _parse_input(given)
+    given = parse_message(input_pb2.Input, given, "The request's input", "examples_from_input")
     kind = given.WhichOneof("kind")
-    if kind == "example_list":
-        examples, context = given.example_list.examples, None
-    elif kind == "example_list_with_context":
-        listed = given.example_list_with_context
-        examples, context = listed.examples, listed.context
-    else:
+    if kind is None:
         raise BadRequestError(
             "The request's input must be an example_list or an example_list_with_context."
         )
-    if not examples:
+    listed = getattr(given, kind)
+    if not listed.examples:
         raise BadRequestError("The request's input holds no examples.")
-    _check_rows(len(examples), max_rows)
-    prefix = context.SerializeToString() if context is not None else b""
-    own = [example.SerializeToString() for example in examples]
+    _check_rows(len(listed.examples), max_rows)
+    with_context = kind == "example_list_with_context"
+    prefix = listed.context.SerializeToString() if with_context else b""
+    own = [example.SerializeToString() for example in listed.examples]
     return _expanded(prefix, own, max_bytes)
+
+
+def serve_examples(
+    service: ModelService,
+    model: tuple[str, int | None, str | None],
+    signature_name: str | None,
+    verb: str,
+    key: str | None,
+    read: Callable[..., list[bytes]],
+) -> tuple[int, dict[str, np.ndarray]]:
+    """A Classify or Regress request, from either face: ``(the version that ran, its outputs)``.
+
+    Args:
+        service: The server's models and configuration.
+        model: The model's name, and the version or the label asked for (or neither).
+        signature_name: The signature; ``None`` for ``serving_default``.
+        verb: :data:`CLASSIFY` or :data:`REGRESS`.
+        key: The request's sticky routing key.
+        read: :func:`examples_from_json` or :func:`examples_from_input` with
+            the request's examples: called with the server's ``max_rows`` and
+            ``max_bytes`` once the signature is known to take them.
+    """
+    name, version, label = model
+    config = service.config
+    with service.registry.serving(name, version=version, label=label, key=key) as lease:
+        outputs = run_examples(
+            lease,
+            signature_name,
+            verb,
+            lambda: read(max_rows=config.max_request_rows, max_bytes=config.max_request_bytes),
+        )
+        return lease.version, outputs
 
 
 def run_examples(
@@ -147,19 +180,22 @@ def run_examples(
         BadRequestError, PayloadTooLargeError: ``read``'s.
     """
     signature = lease.signature_named(signature_name)
-    _check_method(signature, signature_name, verb)
+    if signature.method_name != _METHODS[verb]:
+        raise BadRequestError(
+            f"Expected {verb} signature method_name to be {_METHODS[verb]}. Was: "
+            f"{signature.method_name} (signature {signature_name or 'serving_default'!r})."
+        )
     if len(signature.inputs) != 1 or signature.inputs[0].dtype != "string":
         raise BadRequestError(
             f"The {verb} signature must take one string input of serialized tf.Examples; "
             f"it takes {[(s.name, s.dtype) for s in signature.inputs]}."
         )
+    spec = signature.inputs[0]
     serialized = read()
-    batch = np.empty(len(serialized), dtype=object)
-    batch[:] = list(serialized)
-    shape = signature.inputs[0].shape
-    if len(shape) == 2:  # [batch, 1]
+    batch = np.array(serialized, dtype=object)
+    if len(spec.shape) == 2:  # [batch, 1]
         batch = batch.reshape(-1, 1)
-    return lease.infer({signature.inputs[0].name: batch}, signature_name or None).outputs
+    return lease.infer({spec.name: batch}, signature_name).outputs
 
 
 def classifications(outputs: Mapping[str, np.ndarray]) -> list[list[tuple[str, float]]]:
@@ -174,22 +210,17 @@ def classifications(outputs: Mapping[str, np.ndarray]) -> list[list[tuple[str, f
             f"A classify signature answers 'classes' and/or 'scores'; this one answers "
             f"{sorted(outputs)}."
         )
-    rows = len(classes if classes is not None else scores)  # type: ignore[arg-type]
-    table = []
-    for row in range(rows):
-        labels = _row(classes, row) if classes is not None else None
-        values = _row(scores, row) if scores is not None else None
-        count = len(labels if labels is not None else values)  # type: ignore[arg-type]
-        table.append(
-            [
-                (
-                    _text(labels[k]) if labels is not None else "",
-                    float(values[k]) if values is not None else 0.0,
-                )
-                for k in range(count)
-            ]
-        )
-    return table
+    # Each example's row as a flat list; a missing output answers "" or 0.0 for each class.
+    labels = None if classes is None else classes.reshape(len(classes), -1).tolist()
+    values = None if scores is None else scores.reshape(len(scores), -1).tolist()
+    if labels is None:
+        labels = [[""] * len(row) for row in values or []]
+    if values is None:
+        values = [[0.0] * len(row) for row in labels]
+    return [
+        [(_text(label), float(value)) for label, value in zip(row, scores_row, strict=False)]
+        for row, scores_row in zip(labels, values, strict=False)
+    ]
 
 
 def regressions(outputs: Mapping[str, np.ndarray]) -> list[float]:
@@ -209,19 +240,6 @@ def regressions(outputs: Mapping[str, np.ndarray]) -> list[float]:
             f"{values.shape}."
         )
     return [float(v) for v in values.reshape(-1)]
-
-
-def _parse_input(given: input_pb2.Input | bytes) -> input_pb2.Input:
-    if isinstance(given, input_pb2.Input):
-        return given
-    if not isinstance(given, (bytes, bytearray, memoryview)):
-        raise TypeError(f"Expected an Input message or its bytes. Received: {type(given)!r}")
-    try:
-        return input_pb2.Input.FromString(bytes(given))
-    except DecodeError as error:
-        raise BadRequestError(
-            f"The request's input is not a valid Input message: {error}"
-        ) from None
 
 
 def _check_rows(count: int, max_rows: int) -> None:
@@ -252,20 +270,25 @@ def _expanded(prefix: bytes, own: list[bytes], max_bytes: int) -> list[bytes]:
     return [prefix + example for example in own]
 
 
-def _check_method(signature: ServingSignature, name: str | None, verb: str) -> None:
-    if signature.method_name != _METHODS[verb]:
-        raise BadRequestError(
-            f"Expected {verb} signature method_name to be {_METHODS[verb]}. Was: "
-            f"{signature.method_name} (signature {name or 'serving_default'!r})."
-        )
-
-
-def _row(values: np.ndarray, row: int) -> np.ndarray:
-    return np.asarray(values[row]).reshape(-1)
-
-
 def _text(value: Any) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def is_b64(value: Any) -> bool:
+    """Whether a JSON value is TensorFlow Serving's ``{"b64": "..."}``: bytes, in base64."""
+    return isinstance(value, dict) and set(value) == {"b64"}
+
+
+def b64_bytes(value: dict[str, Any], where: str) -> bytes:
+    """The bytes a ``{"b64": "..."}`` value encodes.
+
+    Raises:
+        BadRequestError: Not valid base64; the message starts with ``where``.
+    """
+    try:
+        return base64.b64decode(value["b64"], validate=True)
+    except (ValueError, TypeError) as error:
+        raise BadRequestError(f"{where}: a 'b64' value is not valid base64: {error}") from None
 
 
 def _example(features: Any, where: str) -> example_pb2.Example:
@@ -283,33 +306,23 @@ def _fill(feature: feature_pb2.Feature, value: Any, where: str) -> None:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise BadRequestError(f"{where} is an empty list: its kind cannot be told.")
-    kinds = {_kind(v, where) for v in values}
-    if kinds == {"bytes"}:
+    kinds = set(map(type, values))  # JSON gives exact types: no subclasses to mind
+    if bool in kinds:
+        raise BadRequestError(f"{where}: a tf.Example has no booleans. Received: {value!r}")
+    if not kinds <= {int, float, str, dict}:
+        raise BadRequestError(
+            f'{where}: values are numbers, strings or {{"b64": ...}}. Received: {value!r}'
+        )
+    if kinds <= {str, dict}:
         feature.bytes_list.value.extend(_bytes(v, where) for v in values)
         return
-    if not kinds <= {"int", "float"}:
+    if not kinds <= {int, float}:
         raise BadRequestError(f"{where} mixes numbers and strings: {value!r}")
+    numbers = feature.int64_list if kinds == {int} else feature.float_list
     try:
-        if kinds == {"int"}:
-            feature.int64_list.value.extend(values)
-        else:
-            feature.float_list.value.extend(float(v) for v in values)
+        numbers.value.extend(values)
     except (ValueError, OverflowError) as error:  # an integer beyond int64 or float
         raise BadRequestError(f"{where} cannot be stored in a tf.Example: {error}") from None
-
-
-def _kind(value: Any, where: str) -> str:
-    if isinstance(value, bool):
-        raise BadRequestError(f"{where}: a tf.Example has no booleans. Received: {value!r}")
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str) or (isinstance(value, dict) and set(value) == {"b64"}):
-        return "bytes"
-    raise BadRequestError(
-        f'{where}: values are numbers, strings or {{"b64": ...}}. Received: {value!r}'
-    )
 
 
 def _bytes(value: Any, where: str) -> bytes:
@@ -318,7 +331,8 @@ def _bytes(value: Any, where: str) -> bytes:
             return value.encode()
         except UnicodeEncodeError as error:  # a lone surrogate
             raise BadRequestError(f"{where}: a string is not valid text: {error}") from None
-    try:
-        return base64.b64decode(value["b64"], validate=True)
-    except (ValueError, TypeError) as error:
-        raise BadRequestError(f"{where}: a 'b64' value is not valid base64: {error}") from None
+    if not is_b64(value):
+        raise BadRequestError(
+            f'{where}: values are numbers, strings or {{"b64": ...}}. Received: {value!r}'
+        )
+    return b64_bytes(value, where)

@@ -26,6 +26,8 @@ to take them and their size is within ``--max_request_bytes``;
 
 from __future__ import annotations
 
+import functools
+import reprlib
 from typing import Any
 
 import grpc
@@ -42,9 +44,10 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
+from ..._tf import SERVING_SIGNATURE
 from .._auth import grpc_sticky_key
 from .._config import served_models
-from .._errors import BadRequestError, grpc_answer
+from .._errors import BadRequestError, grpc_answered
 from .._service import ModelService
 from ._examples import (
     CLASSIFY,
@@ -52,9 +55,9 @@ from ._examples import (
     classifications,
     examples_from_input,
     regressions,
-    run_examples,
+    serve_examples,
 )
-from ._rest import SIGNATURE, signature_def_map, status_response
+from ._rest import metadata, status_response
 from ._tensorproto import decode_tensor_proto
 
 __all__ = ["add_tfserving_services"]
@@ -73,44 +76,48 @@ def add_tfserving_services(server: grpc.Server, service: ModelService) -> None:
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(service), server)
 
 
-def _spec(spec: model_pb2.ModelSpec) -> tuple[str, int | None, str | None]:
+def _model(spec: model_pb2.ModelSpec) -> tuple[str, int | None, str | None]:
     """``(name, version, label)`` of a request's ``model_spec``."""
     if not spec.name:
         raise BadRequestError("The request's model_spec has no name.")
     which = spec.WhichOneof("version_choice")
-    if which == "version":
-        return spec.name, spec.version.value, None
-    if which == "version_label":
-        return spec.name, None, spec.version_label
-    return spec.name, None, None
+    version = spec.version.value if which == "version" else None
+    label = spec.version_label if which == "version_label" else None
+    return spec.name, version, label
 
 
-class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    """``tensorflow.serving.PredictionService``: Predict and GetModelMetadata."""
+class _Servicer:
+    """What both services hold: the server's models and configuration."""
 
     def __init__(self, service: ModelService) -> None:
         self._service = service
 
+
+class _PredictionService(_Servicer, prediction_service_pb2_grpc.PredictionServiceServicer):
+    """``tensorflow.serving.PredictionService``: Predict, GetModelMetadata, Classify, Regress."""
+
+    @grpc_answered
     def Predict(
         self, request: predict_pb2.PredictRequest, context: grpc.ServicerContext
     ) -> predict_pb2.PredictResponse:
-        key = grpc_sticky_key(context, self._service.config)
-        return grpc_answer(context, "Predict", lambda: self._predict(request, key))
-
-    def _predict(
-        self, request: predict_pb2.PredictRequest, key: str | None
-    ) -> predict_pb2.PredictResponse:
-        name, version, label = _spec(request.model_spec)
+        name, version, label = _model(request.model_spec)
         signature_name = request.model_spec.signature_name or None
         wanted = list(request.output_filter)
         max_rows = self._service.config.max_request_rows
+        key = grpc_sticky_key(context, self._service.config)
         # The model, signature and input names are resolved before any value is
         # read, and each input's header before its values: a request is refused
         # before it costs more memory than its own bytes.
         with self._service.registry.serving(name, version=version, label=label, key=key) as lease:
             signature = lease.signature_named(signature_name)
-            _check_outputs(wanted, [spec.name for spec in signature.outputs])
-            _check_inputs(list(request.inputs), [spec.name for spec in signature.inputs])
+            outputs = [spec.name for spec in signature.outputs]
+            unknown = [output for output in wanted if output not in outputs]
+            if unknown:
+                raise BadRequestError(
+                    f"output_filter names {reprlib.repr(unknown)}, which the signature does "
+                    f"not have. Outputs: {outputs}"
+                )
+            signature.check_names(request.inputs)
             inputs = {
                 key: decode_tensor_proto(key, proto, spec=signature.input(key), max_rows=max_rows)
                 for key, proto in request.inputs.items()
@@ -122,17 +129,13 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             response.outputs[key].CopyFrom(tf.make_tensor_proto(result.outputs[key]))
         return response
 
+    @grpc_answered
     def GetModelMetadata(
         self,
         request: get_model_metadata_pb2.GetModelMetadataRequest,
         context: grpc.ServicerContext,
     ) -> get_model_metadata_pb2.GetModelMetadataResponse:
-        return grpc_answer(context, "GetModelMetadata", lambda: self._metadata(request))
-
-    def _metadata(
-        self, request: get_model_metadata_pb2.GetModelMetadataRequest
-    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
-        name, version, label = _spec(request.model_spec)
+        model = _model(request.model_spec)
         fields = list(request.metadata_field)
         if not fields:
             raise BadRequestError(
@@ -143,69 +146,50 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise BadRequestError(
                 f"Metadata fields {other} are not supported; the only one is 'signature_def'."
             )
-        served, signatures = self._service.registry.peek(name, version=version, label=label)
-        response = get_model_metadata_pb2.GetModelMetadataResponse()
-        response.model_spec.name = name
-        response.model_spec.version.value = served
-        response.metadata["signature_def"].Pack(signature_def_map(signatures))
+        spec, signatures = metadata(self._service, *model)
+        response = get_model_metadata_pb2.GetModelMetadataResponse(model_spec=spec)
+        response.metadata["signature_def"].Pack(signatures)
         return response
 
+    @grpc_answered
     def Classify(
         self, request: classification_pb2.ClassificationRequest, context: grpc.ServicerContext
     ) -> classification_pb2.ClassificationResponse:
-        key = grpc_sticky_key(context, self._service.config)
-        return grpc_answer(context, "Classify", lambda: self._classify(request, key))
-
-    def _classify(
-        self, request: classification_pb2.ClassificationRequest, key: str | None
-    ) -> classification_pb2.ClassificationResponse:
-        version, outputs = self._examples(request, CLASSIFY, key)
         response = classification_pb2.ClassificationResponse()
-        _answer_spec(response.model_spec, request.model_spec, version)
-        for row in classifications(outputs):
+        for row in classifications(self._examples(request, context, CLASSIFY, response)):
             classes = response.result.classifications.add()
             for label, score in row:
                 classes.classes.add(label=label, score=score)
         return response
 
+    @grpc_answered
     def Regress(
         self, request: regression_pb2.RegressionRequest, context: grpc.ServicerContext
     ) -> regression_pb2.RegressionResponse:
-        key = grpc_sticky_key(context, self._service.config)
-        return grpc_answer(context, "Regress", lambda: self._regress(request, key))
-
-    def _regress(
-        self, request: regression_pb2.RegressionRequest, key: str | None
-    ) -> regression_pb2.RegressionResponse:
-        version, outputs = self._examples(request, REGRESS, key)
         response = regression_pb2.RegressionResponse()
-        _answer_spec(response.model_spec, request.model_spec, version)
-        for value in regressions(outputs):
+        for value in regressions(self._examples(request, context, REGRESS, response)):
             response.result.regressions.add(value=value)
         return response
 
-    def _examples(self, request: Any, verb: str, key: str | None) -> tuple[int, dict[str, Any]]:
-        """Run a Classify or Regress request's examples: ``(version, outputs)``.
+    def _examples(
+        self, request: Any, context: grpc.ServicerContext, verb: str, response: Any
+    ) -> dict[str, Any]:
+        """Run a Classify or Regress request's examples; its ``response``'s ``model_spec`` set.
 
         The examples are expanded with their context only once the signature is
         known to be of ``verb``'s method, and only if they fit ``--max_request_rows``
-        and ``--max_request_bytes`` (``run_examples``, ``examples_from_input``).
+        and ``--max_request_bytes`` (``serve_examples``, ``examples_from_input``).
         """
-        name, version, label = _spec(request.model_spec)
-        config = self._service.config
-        with self._service.registry.serving(name, version=version, label=label, key=key) as lease:
-            signature_name = request.model_spec.signature_name or None
-            outputs = run_examples(
-                lease,
-                signature_name,
-                verb,
-                lambda: examples_from_input(
-                    request.input,
-                    max_rows=config.max_request_rows,
-                    max_bytes=config.max_request_bytes,
-                ),
-            )
-            return lease.version, outputs
+        version, outputs = serve_examples(
+            self._service,
+            _model(request.model_spec),
+            request.model_spec.signature_name or None,
+            verb,
+            grpc_sticky_key(context, self._service.config),
+            functools.partial(examples_from_input, request.input),
+        )
+        _answer_spec(response.model_spec, request.model_spec, version)
+        return outputs
 
     def MultiInference(self, request: Any, context: grpc.ServicerContext) -> Any:
         # Its input is never read: no example is expanded for a call that is refused.
@@ -219,61 +203,25 @@ def _answer_spec(spec: model_pb2.ModelSpec, asked: model_pb2.ModelSpec, version:
     """Fill an answer's ``model_spec``: the model, the version that served, the signature."""
     spec.name = asked.name
     spec.version.value = version
-    spec.signature_name = asked.signature_name or SIGNATURE
+    spec.signature_name = asked.signature_name or SERVING_SIGNATURE
 
 
-def _check_inputs(given: list[str], inputs: list[str]) -> None:
-    """Refuse a request whose inputs are not the signature's, before reading any of them."""
-    unknown = sorted(set(given) - set(inputs))
-    missing = [name for name in inputs if name not in given]
-    if unknown or missing:
-        raise BadRequestError(
-            f"The request's inputs {_listed(sorted(given))} do not match the model's inputs "
-            f"{inputs}: missing {missing}, unknown {_listed(unknown)}."
-        )
-
-
-def _listed(names: list[str], most: int = 10) -> str:
-    """A request's names for a message: the first few, each cut short (a request may send many)."""
-    shown = [name if len(name) <= 64 else f"{name[:61]}..." for name in names[:most]]
-    return f"{shown}" + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
-def _check_outputs(wanted: list[str], outputs: list[str]) -> None:
-    unknown = [key for key in wanted if key not in outputs]
-    if unknown:
-        raise BadRequestError(
-            f"output_filter names {_listed(unknown)}, which the signature does not have. "
-            f"Outputs: {outputs}"
-        )
-
-
-class _ModelService(model_service_pb2_grpc.ModelServiceServicer):
+class _ModelService(_Servicer, model_service_pb2_grpc.ModelServiceServicer):
     """``tensorflow.serving.ModelService``: GetModelStatus and HandleReloadConfigRequest."""
 
-    def __init__(self, service: ModelService) -> None:
-        self._service = service
-
+    @grpc_answered
     def GetModelStatus(
         self,
         request: get_model_status_pb2.GetModelStatusRequest,
         context: grpc.ServicerContext,
     ) -> get_model_status_pb2.GetModelStatusResponse:
-        return grpc_answer(
-            context,
-            "GetModelStatus",
-            lambda: status_response(self._service.versions(*_spec(request.model_spec))),
-        )
+        return status_response(self._service.versions(*_model(request.model_spec)))
 
+    @grpc_answered
     def HandleReloadConfigRequest(
         self,
         request: model_management_pb2.ReloadConfigRequest,
         context: grpc.ServicerContext,
-    ) -> model_management_pb2.ReloadConfigResponse:
-        return grpc_answer(context, "HandleReloadConfigRequest", lambda: self._reload(request))
-
-    def _reload(
-        self, request: model_management_pb2.ReloadConfigRequest
     ) -> model_management_pb2.ReloadConfigResponse:
         try:
             models = served_models(request.config, "ReloadConfigRequest")

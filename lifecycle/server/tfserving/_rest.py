@@ -19,17 +19,18 @@ served (a SavedModel's each, by ``signature_name``); ``:classify`` and
 from __future__ import annotations
 
 import base64
+import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format
+from google.protobuf.message import Message
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
 
 from ..._core._checks import LABEL_SYNTAX
@@ -43,15 +44,15 @@ from .._shapes import check_shape
 from ._examples import (
     CLASSIFY,
     REGRESS,
+    b64_bytes,
     classifications,
     examples_from_json,
+    is_b64,
     regressions,
-    run_examples,
+    serve_examples,
 )
 
-__all__ = ["SIGNATURE", "routes", "signature_def", "signature_def_map", "status_response"]
-
-SIGNATURE = "serving_default"
+__all__ = ["metadata", "routes", "signature_def_map", "status_response"]
 
 _PATH = re.compile(
     r"(?P<name>[^/:]+)"
@@ -59,12 +60,13 @@ _PATH = re.compile(
     r"(?:(?P<metadata>/metadata)|:(?P<verb>[a-z]+))?"
 )
 
+_STATE = get_model_status_pb2.ModelVersionStatus.State
 # VersionState -> ModelVersionStatus.State.
 _STATES = {
-    VersionState.LOADING: "LOADING",
-    VersionState.READY: "AVAILABLE",
-    VersionState.RETIRING: "UNLOADING",
-    VersionState.UNLOADED: "END",
+    VersionState.LOADING: _STATE.LOADING,
+    VersionState.READY: _STATE.AVAILABLE,
+    VersionState.RETIRING: _STATE.UNLOADING,
+    VersionState.UNLOADED: _STATE.END,
 }
 
 
@@ -87,9 +89,9 @@ def routes(service: ModelService, max_request_bytes: int) -> list[Route]:
             if match["metadata"]:
                 return json_response(await blocking(_metadata, service, name, version, label))
             statuses = await blocking(service.versions, name, version, label)
-            return json_response(_status_body(statuses))
+            return json_response(_as_dict(status_response(statuses)))
         verb = match["verb"]
-        if verb not in _VERBS:
+        if verb not in ("predict", CLASSIFY, REGRESS):
             raise BadRequestError(
                 f"The verbs served are :predict, :classify and :regress; received "
                 f"{request.url.path!r}."
@@ -107,62 +109,67 @@ def status_response(
     """TensorFlow Serving's ``GetModelStatusResponse`` for versions' statuses."""
     response = get_model_status_pb2.GetModelStatusResponse()
     for status in statuses:
-        entry = response.model_version_status.add()
-        entry.version = status.version
-        entry.state = get_model_status_pb2.ModelVersionStatus.State.Value(_STATES[status.state])
-        entry.status.error_message = ""
+        entry = response.model_version_status.add(
+            version=status.version, state=_STATES[status.state]
+        )
+        entry.status.SetInParent()  # status OK: written out, as TensorFlow Serving does
     return response
 
 
-def _status_body(statuses: tuple[VersionStatus, ...]) -> dict[str, Any]:
+def metadata(
+    service: ModelService, name: str, version: int | None, label: str | None
+) -> tuple[model_pb2.ModelSpec, get_model_metadata_pb2.SignatureDefMap]:
+    """The version a metadata request means, as its ``model_spec``, and its signatures.
+
+    The version and its signatures are read together (``ModelRegistry.peek``).
+
+    Raises:
+        UnknownModelError: No such model, version or label.
+    """
+    served, signatures = service.registry.peek(name, version=version, label=label)
+    spec = model_pb2.ModelSpec(name=name)
+    spec.version.value = served
+    return spec, signature_def_map(signatures)
+
+
+def signature_def_map(
+    signatures: Mapping[str, ServingSignature],
+) -> get_model_metadata_pb2.SignatureDefMap:
+    """The ``SignatureDefMap`` of a version: each of its signatures by name.
+
+    The tensors are named as a SavedModel's are: ``<signature>_<input>:0``, and
+    ``StatefulPartitionedCall:<i>`` for the outputs.
+    """
+    definitions = get_model_metadata_pb2.SignatureDefMap()
+    for name, signature in signatures.items():
+        definition = definitions.signature_def[name]
+        definition.method_name = signature.method_name
+        for spec in signature.inputs:
+            _tensor_info(definition.inputs[spec.name], spec, f"{name}_{spec.name}:0")
+        for i, spec in enumerate(signature.outputs):
+            _tensor_info(definition.outputs[spec.name], spec, f"StatefulPartitionedCall:{i}")
+    return definitions
+
+
+def _tensor_info(info: Any, spec: NamedTensorSpec, tensor_name: str) -> None:
+    info.name = tensor_name
+    info.dtype = tf.as_dtype(spec.dtype).as_datatype_enum
+    for size in spec.shape:
+        info.tensor_shape.dim.add(size=-1 if size is None else size)
+
+
+def _as_dict(message: Message) -> dict[str, Any]:
+    """A message as TensorFlow Serving's REST API writes it: proto field names, every field."""
     return json_format.MessageToDict(
-        status_response(statuses),
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
 
 
 def _metadata(
     service: ModelService, name: str, version: int | None, label: str | None
 ) -> dict[str, Any]:
-    served, found = service.registry.peek(name, version=version, label=label)
-    spec = model_pb2.ModelSpec(name=name, signature_name="")
-    spec.version.value = served
-    signatures = signature_def_map(found)
-    options = {"preserving_proto_field_name": True, "always_print_fields_with_no_presence": True}
-    return {
-        "model_spec": json_format.MessageToDict(spec, **options),
-        "metadata": {"signature_def": json_format.MessageToDict(signatures, **options)},
-    }
-
-
-def signature_def_map(
-    signatures: Mapping[str, ServingSignature],
-) -> get_model_metadata_pb2.SignatureDefMap:
-    """The ``SignatureDefMap`` of a version: each of its signatures by name."""
-    definitions = get_model_metadata_pb2.SignatureDefMap()
-    for name, signature in signatures.items():
-        definitions.signature_def[name].CopyFrom(signature_def(signature, name))
-    return definitions
-
-
-def signature_def(
-    signature: ServingSignature, name: str = SIGNATURE
-) -> meta_graph_pb2.SignatureDef:
-    """The ``SignatureDef`` of a signature, its tensors named as a SavedModel's are."""
-    result = meta_graph_pb2.SignatureDef(method_name=signature.method_name)
-    for spec in signature.inputs:
-        _tensor_info(result.inputs[spec.name], spec, f"{name}_{spec.name}:0")
-    for i, spec in enumerate(signature.outputs):
-        _tensor_info(result.outputs[spec.name], spec, f"StatefulPartitionedCall:{i}")
-    return result
-
-
-def _tensor_info(info: Any, spec: Any, tensor_name: str) -> None:
-    info.name = tensor_name
-    info.dtype = tf.as_dtype(spec.dtype).as_datatype_enum
-    for size in spec.shape:
-        info.tensor_shape.dim.add(size=-1 if size is None else size)
+    spec, signatures = metadata(service, name, version, label)
+    return {"model_spec": _as_dict(spec), "metadata": {"signature_def": _as_dict(signatures)}}
 
 
 def _run(
@@ -177,50 +184,58 @@ def _run(
     """One verb's request, on a worker thread: the body parsed, run, the answer written.
 
     Parsing and writing go in pieces (``_json``), so that the event loop, and
-    the health checks it answers, never wait long for the GIL.
+    the health checks it answers, never wait long for the GIL. ``:classify``
+    and ``:regress`` take ``{"examples": [...], "context"?: {...}}`` and answer
+    ``{"result": ...}``.
     """
     config = service.config
     parsed = loads(body, config.max_json_depth, "The request body", numbers=verb == "predict")
-    return dumps(_VERBS[verb](service, name, version, label, parsed, key))
+    if not isinstance(parsed, dict):
+        raise BadRequestError("The request body must be a JSON object.")
+    signature_name = parsed.get("signature_name")
+    if signature_name is not None and not isinstance(signature_name, str):
+        raise BadRequestError(f"'signature_name' must be a string. Received: {signature_name!r}")
+    model = (name, version, label)
+    if verb == "predict":
+        return dumps(_predict(service, model, signature_name or None, parsed, key))
+    if "examples" not in parsed:
+        raise BadRequestError(
+            f"A :{verb} request body must be an object with 'examples' (and optionally "
+            "'context' and 'signature_name')."
+        )
+    read = functools.partial(examples_from_json, parsed["examples"], parsed.get("context"))
+    _, outputs = serve_examples(service, model, signature_name or None, verb, key, read)
+    result = classifications(outputs) if verb == CLASSIFY else regressions(outputs)
+    return dumps({"result": result})
 
 
 def _predict(
     service: ModelService,
-    name: str,
-    version: int | None,
-    label: str | None,
-    body: Any,
+    model: tuple[str, int | None, str | None],
+    signature_name: str | None,
+    body: dict[str, Any],
     key: str | None,
 ) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise BadRequestError("The request body must be a JSON object.")
-    wanted = _signature_name(body)
     if ("instances" in body) == ("inputs" in body):
         raise BadRequestError(
             "The request must have exactly one of 'instances' (row format) or "
             "'inputs' (columnar format)."
         )
     rows = "instances" in body
+    name, version, label = model
     max_rows = service.config.max_request_rows
     # One version from decoding to answer: in an A/B split, the inputs are read
     # by the names of the version that runs them.
     with service.registry.serving(name, version=version, label=label, key=key) as lease:
-        specs = {spec.name: spec for spec in lease.signature_named(wanted).inputs}
-        inputs = (
-            _from_rows(body["instances"], list(specs))
-            if rows
-            else _from_columns(body["inputs"], list(specs))
-        )
-        for key, value in inputs.items():  # before any array is made of them
-            if isinstance(value, (list, np.ndarray)):
-                check_shape(key, [len(value)], max_rows=max_rows)
-        inputs = {key: _input(specs.get(key), value) for key, value in inputs.items()}
-        result = lease.infer(inputs, wanted)
-    outputs = {key: _jsonable(key, value) for key, value in result.outputs.items()}
-    if not rows:
-        return {"outputs": next(iter(outputs.values())) if len(outputs) == 1 else outputs}
+        specs = {spec.name: spec for spec in lease.signature_named(signature_name).inputs}
+        named = _named(body["instances"] if rows else body["inputs"], rows, list(specs))
+        inputs = {k: _input(k, specs.get(k), value, max_rows) for k, value in named.items()}
+        result = lease.infer(inputs, signature_name)
+    outputs = {k: _jsonable(k, value) for k, value in result.outputs.items()}
     if len(outputs) == 1:
-        return {"predictions": next(iter(outputs.values()))}
+        return {"predictions" if rows else "outputs": next(iter(outputs.values()))}
+    if not rows:
+        return {"outputs": outputs}
     arrays = result.outputs
     batch = len(next(iter(arrays.values())))
 
@@ -232,116 +247,65 @@ def _predict(
     return {"predictions": LazyList(batch, instances, step_for(width))}
 
 
-def _signature_name(body: dict[str, Any]) -> str | None:
-    """The body's ``signature_name``; ``None`` for the default one."""
-    wanted = body.get("signature_name")
-    if wanted is not None and not isinstance(wanted, str):
-        raise BadRequestError(f"'signature_name' must be a string. Received: {wanted!r}")
-    return wanted or None
+def _named(value: Any, rows: bool, names: list[str]) -> dict[str, Any]:
+    """A body's ``instances`` (``rows``) or ``inputs`` as ``{input name: its values}``.
 
-
-def _examples_verb(verb: str) -> Callable[..., dict[str, Any]]:
-    """``:classify`` or ``:regress``: ``{"examples": [...], "context"?: {...}}`` -> ``result``."""
-
-    def run(
-        service: ModelService,
-        name: str,
-        version: int | None,
-        label: str | None,
-        body: Any,
-        key: str | None,
-    ) -> dict[str, Any]:
-        if not isinstance(body, dict) or "examples" not in body:
-            raise BadRequestError(
-                f"A :{verb} request body must be an object with 'examples' (and optionally "
-                "'context' and 'signature_name')."
-            )
-        config = service.config
-        with service.registry.serving(name, version=version, label=label, key=key) as lease:
-            # Read (and expanded with the context) only once the signature takes them.
-            outputs = run_examples(
-                lease,
-                _signature_name(body),
-                verb,
-                lambda: examples_from_json(
-                    body["examples"],
-                    body.get("context"),
-                    max_rows=config.max_request_rows,
-                    max_bytes=config.max_request_bytes,
-                ),
-            )
-        if verb == CLASSIFY:
-            return {"result": [[list(pair) for pair in row] for row in classifications(outputs)]}
-        return {"result": regressions(outputs)}
-
-    return run
-
-
-def _from_rows(instances: Any, names: list[str]) -> dict[str, Any]:
-    if not isinstance(instances, (list, np.ndarray)) or not len(instances):
-        raise BadRequestError("'instances' must be a non-empty list, one item per example.")
-    if isinstance(instances, list):  # an array (see _json.loads) holds numbers only
-        named = [isinstance(item, dict) and not _is_b64(item) for item in instances]
-        if all(named):
-            keys = set(instances[0])
-            if any(set(item) != keys for item in instances):
-                raise BadRequestError(
-                    "Every object in 'instances' must name the same inputs; "
-                    f"the first names {sorted(keys)}."
-                )
-            return {key: [item[key] for item in instances] for key in keys}
-        if any(named):
-            raise BadRequestError("'instances' mixes named objects and plain values.")
+    An object names the inputs (in ``instances``, every item does); anything
+    else is the values of a model's only input.
+    """
+    if rows:
+        if not isinstance(value, (list, np.ndarray)) or not len(value):
+            raise BadRequestError("'instances' must be a non-empty list, one item per example.")
+        if isinstance(value, list):  # an array (see _json.loads) holds numbers only
+            named = [isinstance(item, dict) and not is_b64(item) for item in value]
+            if all(named):
+                keys = set(value[0])
+                if any(set(item) != keys for item in value):
+                    raise BadRequestError(
+                        "Every object in 'instances' must name the same inputs; "
+                        f"the first names {sorted(keys)}."
+                    )
+                return {key: [item[key] for item in value] for key in keys}
+            if any(named):
+                raise BadRequestError("'instances' mixes named objects and plain values.")
+    elif isinstance(value, dict) and not is_b64(value):
+        return value
     if len(names) != 1:
+        where = "each instance" if rows else "'inputs'"
         raise BadRequestError(
-            f"The model has {len(names)} inputs {names}: each instance must be an "
-            "object naming them."
+            f"The model has {len(names)} inputs {names}: {where} must be an object naming them."
         )
-    return {names[0]: instances}
+    return {names[0]: value}
 
 
-def _from_columns(inputs: Any, names: list[str]) -> dict[str, Any]:
-    if isinstance(inputs, dict) and not _is_b64(inputs):
-        return inputs
-    if len(names) != 1:
-        raise BadRequestError(
-            f"The model has {len(names)} inputs {names}: 'inputs' must be an object naming them."
-        )
-    return {names[0]: inputs}
-
-
-def _input(spec: NamedTensorSpec | None, value: Any) -> Any:
+def _input(name: str, spec: NamedTensorSpec | None, value: Any, max_rows: int) -> Any:
     """An input's JSON value as the model takes it: numbers as one array, b64 as bytes.
 
-    Rows of numbers become an array of the input's dtype a block of rows at a
-    time (one ``np.asarray`` of them all would hold the GIL throughout).
-    Anything else goes on as JSON gave it, for the signature's check.
+    Its rows are counted against ``--max_request_rows`` first. Rows of numbers
+    become an array of the input's dtype a block of rows at a time (one
+    ``np.asarray`` of them all would hold the GIL throughout). Anything else
+    goes on as JSON gave it, for the signature's check.
     """
+    if isinstance(value, (list, np.ndarray)):  # before any array is made of it
+        check_shape(name, [len(value)], max_rows=max_rows)
     if spec is not None and spec.dtype != "string":
         array = as_array(value, np.dtype(tf.as_dtype(spec.dtype).as_numpy_dtype))
         if array is not None:
             return array
-    return value if isinstance(value, np.ndarray) else _decode_b64(value)
+    return value if isinstance(value, np.ndarray) else _decode_b64(name, value)
 
 
-def _is_b64(value: Any) -> bool:
-    return isinstance(value, dict) and set(value) == {"b64"}
-
-
-def _decode_b64(value: Any) -> Any:
-    """``{"b64": "..."}`` objects, anywhere in ``value``, as the bytes they encode."""
-    if _is_b64(value):
-        try:
-            return base64.b64decode(value["b64"], validate=True)
-        except (ValueError, TypeError) as error:
-            raise BadRequestError(f"A 'b64' value is not valid base64: {error}") from None
+def _decode_b64(name: str, value: Any) -> Any:
+    """``{"b64": "..."}`` objects, anywhere in input ``name``'s value, as the bytes they encode."""
+    if is_b64(value):
+        return b64_bytes(value, f"Input {name!r}")
     if isinstance(value, list):
         # A row of numbers or strings holds nothing to decode: the types of its
         # items, gathered in C, instead of a call per item (JSON gives exact types).
         kinds = set(map(type, value))
         if dict not in kinds and list not in kinds:
             return value
-        return [_decode_b64(item) for item in value]
+        return [_decode_b64(name, item) for item in value]
     return value
 
 
@@ -371,11 +335,3 @@ def _json_values(name: str, array: np.ndarray) -> Any:
         return value.decode("utf-8", errors="replace")
 
     return convert(array.tolist())
-
-
-# The verbs of ``/v1/models/...:<verb>``.
-_VERBS: dict[str, Callable[..., dict[str, Any]]] = {
-    "predict": _predict,
-    CLASSIFY: _examples_verb(CLASSIFY),
-    REGRESS: _examples_verb(REGRESS),
-}

@@ -25,18 +25,20 @@ signature rounds it back. Every refusal is a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import numpy as np
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
 from ..._registry import NamedTensorSpec
 from .._errors import BadRequestError
-from .._shapes import MAX_RANK, check_shape
+from .._shapes import MAX_RANK, check_shape, narrowed
 
-__all__ = ["DTYPES", "decode_tensor_proto"]
+__all__ = ["DTYPES", "decode_tensor_proto", "parse_message"]
+
+M = TypeVar("M", bound=Message)
 
 
 @attrs.frozen
@@ -50,13 +52,14 @@ class _Kind:
         content: The dtype of ``tensor_content``'s elements (little-endian);
             ``None`` where ``tensor_content`` cannot hold them (strings).
         per_value: Typed values per element: 2 for complex numbers.
-        narrow: Where ``int_val`` carries a narrower integer: that type (the
-            values are range-checked, then converted).
+        narrow: Where ``int_val`` or ``half_val`` carries narrower integers
+            (``half_val``: 16-bit patterns): their type (the values are
+            range-checked, then converted and read as ``content``).
     """
 
     name: str
     field: str
-    typed: np.dtype | None
+    typed: np.dtype
     content: np.dtype | None
     per_value: int = 1
     narrow: np.dtype | None = None
@@ -66,8 +69,12 @@ _DT = types_pb2.DataType
 _KINDS: dict[int, _Kind] = {
     _DT.DT_FLOAT: _Kind("float32", "float_val", np.dtype("f4"), np.dtype("<f4")),
     _DT.DT_DOUBLE: _Kind("float64", "double_val", np.dtype("f8"), np.dtype("<f8")),
-    _DT.DT_HALF: _Kind("float16", "half_val", np.dtype("i4"), np.dtype("<f2")),
-    _DT.DT_BFLOAT16: _Kind("bfloat16", "half_val", np.dtype("i4"), np.dtype("<u2")),
+    _DT.DT_HALF: _Kind(
+        "float16", "half_val", np.dtype("i4"), np.dtype("<f2"), narrow=np.dtype("u2")
+    ),
+    _DT.DT_BFLOAT16: _Kind(
+        "bfloat16", "half_val", np.dtype("i4"), np.dtype("<u2"), narrow=np.dtype("u2")
+    ),
     _DT.DT_INT8: _Kind("int8", "int_val", np.dtype("i4"), np.dtype("i1"), narrow=np.dtype("i1")),
     _DT.DT_INT16: _Kind("int16", "int_val", np.dtype("i4"), np.dtype("<i2"), narrow=np.dtype("i2")),
     _DT.DT_INT32: _Kind("int32", "int_val", np.dtype("i4"), np.dtype("<i4")),
@@ -81,14 +88,11 @@ _KINDS: dict[int, _Kind] = {
     _DT.DT_BOOL: _Kind("bool", "bool_val", np.dtype("?"), np.dtype("u1")),
     _DT.DT_COMPLEX64: _Kind("complex64", "scomplex_val", np.dtype("f4"), np.dtype("<c8"), 2),
     _DT.DT_COMPLEX128: _Kind("complex128", "dcomplex_val", np.dtype("f8"), np.dtype("<c16"), 2),
-    _DT.DT_STRING: _Kind("string", "string_val", None, None),
+    _DT.DT_STRING: _Kind("string", "string_val", np.dtype(object), None),
 }
 
 #: The dtypes decoded, by TensorFlow's names (``DT_FLOAT``...).
 DTYPES: tuple[str, ...] = tuple(_DT.Name(value) for value in _KINDS)
-
-# Fields that describe the tensor rather than hold its values.
-_HEADER_FIELDS = frozenset({"dtype", "tensor_shape", "version_number"})
 
 
 def decode_tensor_proto(
@@ -130,37 +134,41 @@ def decode_tensor_proto(
         >>> decode_tensor_proto("x", tf.make_tensor_proto([[1.0, 2.0]])).tolist()
         [[1.0, 2.0]]
     """
-    tensor = _parse(name, proto)
+    tensor = parse_message(tensor_pb2.TensorProto, proto, f"Input {name!r}", "decode_tensor_proto")
     kind = _kind(name, tensor.dtype)
     shape = _shape(name, tensor)
     count = check_shape(name, shape, spec, max_rows)
     content, values = _sent(name, tensor, kind)
     if content:
         flat = _from_content(name, tensor.tensor_content, kind, shape, count)
-    elif values is not None:
+    else:  # the typed values, or none: then the shape must hold none
         flat = _from_values(name, values, kind, shape, count)
-    elif count:
-        raise BadRequestError(
-            f"Input {name!r}: tensor_shape {shape} holds {count} values, but the request sends "
-            f"none; send every value (tf.make_tensor_proto does). Nothing is filled in: a "
-            "tensor of no values has a 0 in its shape."
-        )
-    else:
-        flat = np.empty(0, dtype=object if kind.content is None else _result(kind))
     return flat.reshape(shape)
 
 
-def _parse(name: str, proto: tensor_pb2.TensorProto | bytes) -> tensor_pb2.TensorProto:
-    if isinstance(proto, tensor_pb2.TensorProto):
-        return proto
-    if not isinstance(proto, (bytes, bytearray, memoryview)):
-        raise TypeError(
-            f"decode_tensor_proto takes a TensorProto or its bytes. Received: {type(proto)!r}"
-        )
+def parse_message(message_type: type[M], given: M | bytes, what: str, caller: str) -> M:
+    """``given`` if it is a ``message_type``, else the message its bytes hold.
+
+    Args:
+        message_type: The protobuf message class.
+        given: The message, or its serialized bytes.
+        what: What the message is, for the error (``"Input 'x'"``).
+        caller: The function that takes it, for the ``TypeError``.
+
+    Raises:
+        BadRequestError: The bytes do not parse.
+        TypeError: ``given`` is neither a ``message_type`` nor bytes.
+    """
+    if isinstance(given, message_type):
+        return given
+    kind = message_type.__name__
+    if not isinstance(given, (bytes, bytearray, memoryview)):
+        article = "an" if kind[0] in "AEIOU" else "a"
+        raise TypeError(f"{caller} takes {article} {kind} or its bytes. Received: {type(given)!r}")
     try:
-        return tensor_pb2.TensorProto.FromString(bytes(proto))
+        return message_type.FromString(bytes(given))
     except DecodeError as error:
-        raise BadRequestError(f"Input {name!r} is not a valid TensorProto: {error}") from None
+        raise BadRequestError(f"{what} is not a valid {kind} message: {error}") from None
 
 
 def _kind(name: str, dtype: int) -> _Kind:
@@ -171,10 +179,8 @@ def _kind(name: str, dtype: int) -> _Kind:
         raise BadRequestError(
             f"Input {name!r} has no dtype (DT_INVALID): set the TensorProto's dtype."
         )
-    try:
-        shown = _DT.Name(dtype)
-    except ValueError:  # an enum value of no name: protobuf keeps unknown values
-        shown = f"dtype {dtype}"
+    # Protobuf keeps enum values of no name.
+    shown = _DT.Name(dtype) if dtype in _DT.values() else f"dtype {dtype}"
     raise BadRequestError(
         f"Input {name!r} has {shown}, which this server does not decode. Send one of: "
         f"{', '.join(DTYPES)}."
@@ -196,29 +202,23 @@ def _shape(name: str, tensor: tensor_pb2.TensorProto) -> list[int]:
     return [dim.size for dim in header.dim]
 
 
-def _sent(
-    name: str, tensor: tensor_pb2.TensorProto, kind: _Kind
-) -> tuple[bool, Sequence[Any] | None]:
-    """``(whether tensor_content is set, the typed values if set)``; other fields are refused."""
-    content, values = False, None
-    for field, value in tensor.ListFields():  # set fields only: empty repeated ones are left out
-        if field.name in _HEADER_FIELDS:
-            continue
-        if field.name == "tensor_content" and kind.content is not None:
-            content = True
-        elif field.name == kind.field:
-            values = value
-        else:
-            where = "string_val" if kind.content is None else f"tensor_content or {kind.field}"
+def _sent(name: str, tensor: tensor_pb2.TensorProto, kind: _Kind) -> tuple[bool, Sequence[Any]]:
+    """``(whether tensor_content is set, the typed values)``; other fields are refused."""
+    # Set fields only (empty repeated ones are left out), but those of the header.
+    header = ("dtype", "tensor_shape", "version_number")
+    sent = [field.name for field, _ in tensor.ListFields() if field.name not in header]
+    allowed = [kind.field] if kind.content is None else ["tensor_content", kind.field]
+    for field in sent:
+        if field not in allowed:
             raise BadRequestError(
-                f"Input {name!r} is {kind.name}: its values go in {where}, but the request "
-                f"sends {field.name}."
+                f"Input {name!r} is {kind.name}: its values go in {' or '.join(allowed)}, but "
+                f"the request sends {field}."
             )
-    if content and values is not None:
+    if len(sent) == 2:
         raise BadRequestError(
             f"Input {name!r} sends both tensor_content and {kind.field}: send the values one way."
         )
-    return content, values
+    return "tensor_content" in sent, getattr(tensor, kind.field)
 
 
 def _from_content(
@@ -232,12 +232,7 @@ def _from_content(
             f"tensor_content ({kind.content.itemsize} a value), but the request sends "
             f"{len(content)}. Send every value, and the shape they have."
         )
-    flat = np.frombuffer(content, dtype=kind.content)
-    if kind.name == "bool":
-        return flat != 0  # any byte but 0 is true, as in TensorFlow
-    if kind.name == "bfloat16":
-        return _bfloat16_as_float32(flat)
-    return flat
+    return _widened(np.frombuffer(content, dtype=kind.content), kind)
 
 
 def _from_values(
@@ -248,44 +243,33 @@ def _from_values(
         per = " (two per complex value: real, imaginary)" if kind.per_value == 2 else ""
         raise BadRequestError(
             f"Input {name!r}: tensor_shape {shape} holds {count} values, but the request sends "
-            f"{sent} in {kind.field}{per}; send every value (tf.make_tensor_proto does). Values "
-            "are never repeated to fill a shape."
+            f"{f'{sent} in {kind.field}{per}' if sent else 'none'}; send every value "
+            "(tf.make_tensor_proto does). Values are never repeated to fill a shape, nor filled "
+            "in: a tensor of no values has a 0 in its shape."
         )
     # fromiter fills the array as it reads: no list of Python objects in between.
-    if kind.typed is None:  # strings: a bytes object each
-        return np.fromiter(values, dtype=object, count=sent)
     flat = np.fromiter(values, dtype=kind.typed, count=sent)
-    if kind.per_value == 2:
-        return flat.view(np.complex64 if kind.typed == np.float32 else np.complex128)
-    if kind.field == "half_val":
-        _check_range(name, flat, np.dtype("u2"), f"the 16-bit patterns of {kind.name} values", kind)
-        bits = flat.astype(np.uint16)
-        return bits.view(np.float16) if kind.name == "float16" else _bfloat16_as_float32(bits)
+    if kind.content is None:  # strings: a bytes object each
+        return flat
+    if kind.per_value == 2:  # (real, imaginary) pairs
+        return flat.view(kind.content.newbyteorder("="))
     if kind.narrow is not None:
-        _check_range(name, flat, kind.narrow, f"{kind.name} values", kind)
-        return flat.astype(kind.narrow)
-    return flat
-
-
-def _check_range(name: str, values: np.ndarray, dtype: np.dtype, what: str, kind: _Kind) -> None:
-    info = np.iinfo(dtype)
-    if values.size and (values.min() < info.min or values.max() > info.max):
-        raise BadRequestError(
-            f"Input {name!r}: {kind.field} holds {what}, from {info.min} to {info.max}; the "
-            f"request sends values from {int(values.min())} to {int(values.max())}."
+        patterns = "the 16-bit patterns of " if kind.field == "half_val" else ""
+        refusal = (
+            f"{kind.field} holds {patterns}{kind.name} values, from {{low}} to {{high}}; the "
+            "request sends values from {least} to {most}."
         )
+        flat = narrowed(name, flat, kind.narrow, refusal).view(kind.content.newbyteorder("="))
+    return _widened(flat, kind)
 
 
-def _bfloat16_as_float32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bit patterns as float32: they are a float32's upper 16 bits."""
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+def _widened(flat: np.ndarray, kind: _Kind) -> np.ndarray:
+    """Booleans from any byte but 0 (as TensorFlow reads them), bfloat16 as float32.
 
-
-def _result(kind: _Kind) -> np.dtype:
-    """The dtype of a decoded array of ``kind``."""
-    if kind.name == "bfloat16":
-        return np.dtype(np.float32)
+    bfloat16 bit patterns are a float32's upper 16 bits.
+    """
     if kind.name == "bool":
-        return np.dtype(bool)
-    assert kind.content is not None
-    return kind.content.newbyteorder("=")
+        return flat != 0
+    if kind.name == "bfloat16":
+        return (flat.astype(np.uint32) << 16).view(np.float32)
+    return flat
