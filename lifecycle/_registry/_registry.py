@@ -483,12 +483,14 @@ class ModelRegistry:
         label: str | None = None,
         key: str | bytes | int | None = None,
     ) -> Iterator[ManagedModel]:
-        """Hold a version of a model for the duration of a ``with`` block.
+        """Hold a version of a model for the duration of a ``with`` block; yields the model.
 
-        The version is chosen by, in order: ``version``, ``label``, the model's
-        route (sticky for a ``key``), its default. It is not disposed while the
-        lease is held, even if it is unloaded meanwhile. Taking and returning a
-        lease are safe points of the registry's session.
+        The lease of :meth:`serving`, handing out the model itself for any
+        Keras call; a request runs on :meth:`serving`. The version is chosen
+        by, in order: ``version``, ``label``, the model's route (sticky for a
+        ``key``), its default. It is not disposed while the lease is held, even
+        if it is unloaded meanwhile. Taking and returning a lease are safe
+        points of the registry's session.
 
         Raises:
             UnknownModelError: No such model, version or label.
@@ -511,8 +513,9 @@ class ModelRegistry:
     ) -> Any:
         """Run a version's traced serving function on ``inputs`` (thread-safe, fast).
 
-        Chooses the version as :meth:`lease` does; returns the model's output
-        tensors.
+        The lease of :meth:`serving` around the function called with ``inputs``
+        as they are (a tensor, an array or a dict): returns its output tensors,
+        unchecked. :meth:`infer` checks named inputs and returns NumPy arrays.
         """
         loaded = self._acquire(name, version, label, key)
         try:
@@ -531,9 +534,9 @@ class ModelRegistry:
     ) -> Inference:
         """Run a version's serving function on named inputs; get named outputs.
 
-        The names are the version's :meth:`signature`. Each input is checked
-        against it (name, dtype, shape) before anything runs. Chooses the
-        version as :meth:`lease` does.
+        :meth:`serving` and its lease's ``infer`` in one call. The names are
+        the version's :meth:`signature`. Each input is checked against it
+        (name, dtype, shape) before anything runs.
 
         Args:
             name: The model.
@@ -579,7 +582,9 @@ class ModelRegistry:
     ) -> Iterator[ServingLease]:
         """Hold the version a request resolves to, for decoding, running and answering it.
 
-        The version is chosen once, as :meth:`lease` chooses it; the lease's
+        The one way to run a request (:meth:`infer`, :meth:`predict` and
+        :meth:`lease` are its shorthands). The version is chosen once, as
+        :meth:`lease` chooses it; the lease's
         ``signature`` is that version's, and its ``infer`` runs on that
         version. A server decodes a request against ``lease.signature`` and
         runs it with ``lease.infer`` in one ``with`` block, so that a route
