@@ -289,16 +289,16 @@ def test_each_fields_default_is_its_flags_default_or_the_one_the_docs_show():
 @pytest.fixture
 def scans(monkeypatch) -> list[tuple]:
     """The scans of a model repository for its start-up models, as made."""
-    from lifecycle.server import _rules
+    from lifecycle.server import _config
 
     made: list[tuple] = []
-    scan = _rules.startup_models
+    scan = _config.startup_models
 
     def counted(*args):
         made.append(args)
         return scan(*args)
 
-    monkeypatch.setattr(_rules, "startup_models", counted)
+    monkeypatch.setattr(_config, "startup_models", counted)
     return made
 
 

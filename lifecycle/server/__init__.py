@@ -7,10 +7,13 @@ never imports this package.
 
 Modules, one concern each:
 
+* ``_flags``: each flag declared once (name, type, default, help, check), with
+  the checks of one flag's value;
 * ``_config``: :class:`ServerConfig`, built from the flags in one pass, or from
-  TensorFlow Serving's model config file;
-* ``_flags``: each flag declared once (name, type, default, help, check), and
-  ``_rules``: the rules of flags that go together; these three import no TensorFlow,
+  TensorFlow Serving's model config file, with all it checks when built (directories,
+  the repository's start-up models, the rules between flags, the batching policy);
+* ``_batching_file``: TensorFlow Serving's batching parameters file, and the protobuf
+  text reader the model config file shares; these three import no TensorFlow,
   so the command builds its configuration, and refuses a bad flag, first;
 * ``_service``: :class:`ModelService`, the server's models over the registry;
 * ``tfserving/`` and ``kserve/``: the protocol families side by side, each with its
@@ -37,7 +40,7 @@ from .._core._lazy import attach as _attach
 SERVE_INSTALL = 'pip install "keras-lifecycle[serve]"'
 
 # The extra is looked for, not imported: the command line reads the flags
-# (`_flags`, `_rules`) without paying for grpc and uvicorn, or TensorFlow, which the
+# (`_flags`, `_config`) without paying for grpc and uvicorn, or TensorFlow, which the
 # modules below import when a name of theirs is first used (PEP 562).
 for _extra in ("grpc", "orjson", "starlette", "tensorflow_serving", "uvicorn"):
     if importlib.util.find_spec(_extra) is None:  # pragma: no cover - without the extra
@@ -49,9 +52,9 @@ for _extra in ("grpc", "orjson", "starlette", "tensorflow_serving", "uvicorn"):
 if TYPE_CHECKING:
     from ._app import build_app as build_app
     from ._app import serve as serve
+    from ._batching_file import read_batching_parameters as read_batching_parameters
     from ._config import ServedModel as ServedModel
     from ._config import ServerConfig as ServerConfig
-    from ._config import read_batching_parameters as read_batching_parameters
     from ._grpc_server import build_grpc_server as build_grpc_server
     from ._service import ModelService as ModelService
 

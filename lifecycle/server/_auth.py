@@ -31,9 +31,9 @@ from typing import Any
 import grpc
 from starlette.requests import Request
 
-from ._config import ServerConfig
+from ._config import ServerConfig, is_loopback
 from ._errors import AdminDisabledError, UnauthorizedError, error_status, wire_message
-from ._rules import ADMIN_TOKEN_ENV, is_loopback
+from ._flags import ADMIN_TOKEN_ENV
 
 __all__ = [
     "ADMIN_METHODS",

@@ -6,6 +6,15 @@ The flags follow TensorFlow Serving's model server where they mean the same
 TensorFlow Serving's own ``ModelServerConfig`` in protobuf text format, parsed
 with its generated code, so a file written for TensorFlow Serving works as is.
 
+Here is what the config reads and checks when it is built, in the order
+:meth:`ServerConfig.from_flags` reads it: the rules between its fields (the
+repository's start-up models, the admin token), the directories the flags name,
+the batching policy of the flags, the model config file and the
+``--model_factory`` functions. Each flag's declaration and its own check are
+``_flags``'s; TensorFlow Serving's batching parameters file, and the protobuf
+text reader the model config file shares with it, are ``_batching_file``'s.
+Every message names the flag and shows the value received.
+
 This module imports no TensorFlow (the registry's policies are the pure-Python
 core's): ``lifecycle serve`` builds its config first, so that a bad flag is
 refused at once, before TensorFlow takes seconds to start.
@@ -16,17 +25,31 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from .._core._batcher import BatchingPolicy
 from .._core._checks import check_label
+from .._core._model_dirs import repository_models
 from .._core._policies import SwapPolicy, VersionPolicy
-from . import _rules
+from . import _flags
+from ._batching_file import parse_text, read_batching_parameters
 from ._flags import FLAG, FLAGS, flag_field, takes_flags
-from ._rules import read_batching_parameters as read_batching_parameters  # a public name
+
+#: The shortest admin token accepted: 16 characters, too many to guess by trying
+#: them against the server (``secrets.token_urlsafe(32)`` makes 43).
+MIN_ADMIN_TOKEN_LENGTH = 16
+#: TensorFlow Serving's batching flags, which a ``--batching_parameters_file`` replaces.
+BATCHING_FLAGS = (
+    "max_batch_size",
+    "batch_timeout_micros",
+    "allowed_batch_sizes",
+    "num_batch_threads",
+    "max_enqueued_batches",
+)
+_REMOTE = ("gs://", "s3://", "hdfs://")
 
 
 @attrs.frozen
@@ -189,7 +212,7 @@ class ServerConfig:
     # An attrs field, not a default value shared by instances (ruff knows attrs.field only).
     swap_policy: SwapPolicy = flag_field(  # noqa: RUF009
         "swap_policy",
-        converter=_rules.swap_policy,
+        converter=_flags.swap_policy,
         validator=None,  # the converter checks the name
     )
     # Derived from several flags by `from_flags`.
@@ -205,17 +228,17 @@ class ServerConfig:
         "model_repository",
         # The path only: its model directories are checked at start-up (by `from_flags`),
         # as a model added later may be anything until it is loaded.
-        converter=lambda p: None if p is None else _rules.repository_path(p, models=False),
+        converter=lambda p: None if p is None else repository_path(p, models=False),
     )
     # Not given (None): Triton's default, "none".
     model_control_mode: str = flag_field(
-        "model_control_mode", converter=_rules.control_mode, validator=None
+        "model_control_mode", converter=_flags.control_mode, validator=None
     )
     load_models: tuple[str, ...] = flag_field("load_model", converter=tuple)
     # Not given (None): Triton's default, 15 seconds.
     repository_poll_secs: float = flag_field(
         "repository_poll_secs",
-        converter=lambda secs: _rules.REPOSITORY_POLL_SECS if secs is None else secs,
+        converter=lambda secs: _flags.REPOSITORY_POLL_SECS if secs is None else secs,
     )
     # The repository's models to load at start-up: scanned once, when the config is made.
     _startup: tuple[str, ...] = attrs.field(init=False, eq=False, repr=False)
@@ -226,7 +249,7 @@ class ServerConfig:
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ValueError(f"--model_config_file names {twice} more than once.")
-        started = _rules.startup_models(
+        started = startup_models(
             self.model_repository,
             self.model_control_mode,
             self.load_models,
@@ -237,7 +260,7 @@ class ServerConfig:
         unknown = sorted(set(self.routes) - {*names, *started})
         if unknown:
             raise ValueError(f"--route names models that are not served: {unknown}")
-        token, env = self.admin_token, _rules.ADMIN_TOKEN_ENV
+        token, env = self.admin_token, _flags.ADMIN_TOKEN_ENV
         # The messages never show the token: they are printed and logged.
         if token is not None and (
             not isinstance(token, str) or not token or not token.isprintable() or " " in token
@@ -246,13 +269,13 @@ class ServerConfig:
                 f"--admin_token (or {env}) must be a non-empty string of printable characters "
                 "without spaces (it travels as 'Authorization: Bearer <token>')."
             )
-        if token is not None and len(token) < _rules.MIN_ADMIN_TOKEN_LENGTH:
+        if token is not None and len(token) < MIN_ADMIN_TOKEN_LENGTH:
             raise ValueError(
-                f"--admin_token (or {env}) must be at least {_rules.MIN_ADMIN_TOKEN_LENGTH} "
+                f"--admin_token (or {env}) must be at least {MIN_ADMIN_TOKEN_LENGTH} "
                 f"characters long; this one has {len(token)}. Make one with: "
                 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
             )
-        if self.admin_api and token is None and not _rules.is_loopback(self.host):
+        if self.admin_api and token is None and not is_loopback(self.host):
             raise ValueError(
                 f"--host {self.host!r} accepts other hosts, so the admin API needs a token: "
                 f"set --admin_token (or the {env} environment variable), or pass "
@@ -337,14 +360,14 @@ class ServerConfig:
             intra = inter = session
         token, repository = flags["admin_token"], flags["model_repository"]
         if token is None:  # on a command line a secret is visible to every user (ps)
-            token = os.environ.get(_rules.ADMIN_TOKEN_ENV) or None
+            token = os.environ.get(_flags.ADMIN_TOKEN_ENV) or None
         derived = {
             "admin_token": token,
             # Each model directory too, at start-up only: a model added later that is not a
             # directory of versions fails to load, and says so.
-            "model_repository": None if repository is None else _rules.repository_path(repository),
-            "routes": dict(_rules.parse_route(spec) for spec in flags["route"]),
-            "batching": _rules.batching(flags),
+            "model_repository": None if repository is None else repository_path(repository),
+            "routes": dict(_flags.parse_route(spec) for spec in flags["route"]),
+            "batching": batching(flags),
             "intra_op_parallelism": intra,
             "inter_op_parallelism": inter,
         }
@@ -354,8 +377,8 @@ class ServerConfig:
         if config_file is not None:
             models = read_model_config(config_file)
         elif base is not None:
-            models = (ServedModel(name or "default", _rules.base_path(base)),)
-        targets = _rules.factory_names(flags["model_factory"], [model.name for model in models])
+            models = (ServedModel(name or "default", base_path(base)),)
+        targets = factory_names(flags["model_factory"], [model.name for model in models])
         models = tuple(
             attrs.evolve(model, factory=import_factory(targets[model.name]))
             if model.name in targets
@@ -372,32 +395,202 @@ class ServerConfig:
         return cls(models=models, **(fields | derived))
 
 
-def import_factory(target: str) -> Callable[[], Any]:
-    """The function ``module:function`` names, imported.
+# -- the rules between the fields -----------------------------------------------------
 
-    The module is found on ``sys.path`` as it stands: ``lifecycle serve``
-    appends the current directory to it, after the installed packages, so a
-    file there cannot shadow one of theirs. Importing runs the module's code.
+
+def startup_models(
+    repository: str | None,
+    mode: str,
+    load_models: Sequence[str],
+    poll_secs: float,
+    configured: Collection[str],
+) -> tuple[str, ...]:
+    """The repository's models to load at start-up, as ``--model_control_mode`` says.
+
+    Args:
+        repository: ``--model_repository``, or ``None``.
+        mode: ``--model_control_mode``, checked.
+        load_models: ``--load_model`` values.
+        poll_secs: ``--repository_poll_secs``, checked.
+        configured: The models of ``--model_base_path`` or ``--model_config_file``.
 
     Raises:
-        ValueError: ``target`` is malformed, or names nothing callable; the
-            message says which.
+        ValueError: A flag does not go with the others.
     """
-    module_name, attribute = _rules.factory_target(target)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
+    if repository is None:
+        if mode != "none" or load_models:
+            raise ValueError("--model_control_mode and --load_model need --model_repository.")
+        return ()
+    if mode == "poll" and not poll_secs > 0:
         raise ValueError(
-            f"--model_factory {target!r}: cannot import {module_name!r}: {error}"
-        ) from None
-    function: Any = module
-    for part in attribute.split("."):
-        function = getattr(function, part, None)
-    if not callable(function):
-        raise ValueError(
-            f"--model_factory {target!r}: {module_name!r} has no function {attribute!r}."
+            f"--model_control_mode poll needs --repository_poll_secs > 0. Received: {poll_secs!r}"
         )
-    return function
+    names = repository_models(repository)
+    clash = sorted(set(names) & set(configured))
+    if clash:
+        raise ValueError(
+            f"--model_repository {repository!r} holds models named as models of "
+            f"--model_base_path or --model_config_file: {clash}. Rename one or the other."
+        )
+    if load_models and mode != "explicit":
+        raise ValueError(
+            f"--load_model takes effect only with --model_control_mode explicit, as in "
+            f"Triton; in mode {mode!r} every model of the repository loads at start-up. "
+            f"Received: --load_model {list(load_models)}"
+        )
+    if "*" in load_models and len(load_models) > 1:
+        raise ValueError(
+            "--load_model '*' loads every model of the repository and cannot be "
+            f"combined with other --load_model names. Received: {list(load_models)}"
+        )
+    if mode != "explicit" or "*" in load_models:  # "*": Triton's name for every model
+        return tuple(names)
+    unknown = sorted(set(load_models) - set(names))
+    if unknown:
+        raise ValueError(
+            f"--load_model {unknown}: no such model directory in --model_repository "
+            f"{repository!r}. Its models: {names}"
+        )
+    return tuple(dict.fromkeys(load_models))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``): other hosts cannot connect."""
+    import ipaddress  # here: the command's --help does not need it
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve beyond loopback
+        return False
+
+
+# -- directories ----------------------------------------------------------------------
+
+
+def _local_directory(path: str, flag: str, what: str, plural: str) -> str:
+    """``path`` made absolute, once it names a local directory."""
+    if path.startswith(_REMOTE):
+        raise ValueError(f"{flag}: only local {plural} are served. Received: {path!r}")
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{flag}: {what} {path!r} is not a directory.")
+    return os.path.abspath(path)
+
+
+def _not_a_model(directory: str, what: str, layout: str, versions: str, hint: str = "") -> None:
+    """Refuse a directory meant to hold version directories that is a model itself.
+
+    A model itself holds ``saved_model.pb`` or a ``.keras`` file; the message
+    shows where that file belongs, under ``versions/1/``.
+    """
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file())
+    except OSError:
+        return
+    if "saved_model.pb" in names:
+        found, kind = "saved_model.pb", "a SavedModel"
+    else:
+        found, kind = (
+            next((name for name in names if name.endswith(".keras")), None),
+            "a .keras file",
+        )
+    if found is not None:
+        raise ValueError(
+            f"{what} holds {kind} itself ({found}), but models are served from version "
+            f"directories: {layout}{found}, e.g. {os.path.join(versions, '1', found)}{hint}."
+        )
+
+
+def base_path(path: str, flag: str = "--model_base_path") -> str:
+    """The absolute base path of version directories that ``path`` names, checked.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a directory.
+        ValueError: ``path`` is remote, or is a model itself (it holds
+            ``saved_model.pb`` or a ``.keras`` file, not version directories).
+    """
+    path = _local_directory(path, flag, "base path", "base paths")
+    name, parent = os.path.basename(path), os.path.dirname(path)
+    hint = f" ({name!r} looks like a version: pass its parent, {parent})" if name.isdigit() else ""
+    _not_a_model(path, f"{flag} {path!r}", "<base_path>/<version>/", path, hint)
+    return path
+
+
+def repository_path(path: str, *, models: bool = True) -> str:
+    """The absolute path of a model repository, ``<repository>/<model>/<version>/``, checked.
+
+    With ``models``, each model directory is checked too (at start-up; a model
+    added later that is not a directory of versions fails to load, and says so).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a directory.
+        ValueError: ``path`` is remote, or it or one of its model directories
+            is a model itself rather than a directory of versions.
+    """
+    flag = "--model_repository"
+    path = _local_directory(path, flag, "repository", "repositories")
+    layout = "<repository>/<model>/<version>/"
+    _not_a_model(path, f"{flag} {path!r}", layout, os.path.join(path, "<model>"))
+    for name in repository_models(path) if models else ():
+        hint = (
+            f" (the repository looks like a base path of versions: serve it with "
+            f"--model_base_path {path})"
+            if name.isdigit()
+            else ""
+        )
+        model = os.path.join(path, name)
+        _not_a_model(model, f"{flag} {path!r}: model {name!r}", layout, model, hint)
+    return path
+
+
+# -- batching -------------------------------------------------------------------------
+
+
+def batching(flags: Mapping[str, Any]) -> BatchingPolicy | None:
+    """The batching policy of the batching flags or file; ``None`` without ``--enable_batching``.
+
+    The policy checks its ranges itself, so that the flags and the library have
+    one rule; its messages name its fields, turned here into the flags. Without
+    ``--enable_batching`` the file is not read, as in TensorFlow Serving.
+    ``--batch_return_wait`` is not a TensorFlow Serving parameter, so it goes
+    with the file as well as with the flags.
+
+    Raises:
+        ValueError: A flag is out of range, or a flag is given with the file.
+        FileNotFoundError: The file does not exist.
+    """
+    path = flags["batching_parameters_file"]
+    given = {name: flags[name] for name in BATCHING_FLAGS if flags[name] is not None}
+    if path is not None and given:
+        named = ", ".join(f"--{name}" for name in given)
+        raise ValueError(
+            f"--batching_parameters_file cannot be combined with {named}: set them in the file."
+        )
+    allowed = given.get("allowed_batch_sizes")
+    if isinstance(allowed, str):
+        try:
+            given["allowed_batch_sizes"] = [int(s) for s in allowed.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(
+                f"--allowed_batch_sizes takes comma-separated integers. Received: {allowed!r}"
+            ) from None
+    if not flags["enable_batching"]:
+        return None
+    if flags["batch_return_wait"] is not None:
+        given["return_wait"] = flags["batch_return_wait"]
+    try:
+        if path is None:
+            return BatchingPolicy(**given)
+        return attrs.evolve(read_batching_parameters(path), **given)
+    except ValueError as error:
+        message = str(error).replace("`return_wait`", "--batch_return_wait")
+        for name in BATCHING_FLAGS:
+            message = message.replace(f"`{name}`", f"--{name}")
+        raise ValueError(message) from None
+
+
+# -- the models' files and factories --------------------------------------------------
 
 
 def read_model_config(path: str) -> tuple[ServedModel, ...]:
@@ -410,7 +603,7 @@ def read_model_config(path: str) -> tuple[ServedModel, ...]:
     from tensorflow_serving.config import model_server_config_pb2  # protobuf only
 
     source = f"--model_config_file {path!r}"
-    config = _rules.parse_text(path, source, model_server_config_pb2.ModelServerConfig())
+    config = parse_text(path, source, model_server_config_pb2.ModelServerConfig())
     return served_models(config, source)
 
 
@@ -438,7 +631,7 @@ def served_models(config: Any, source: str) -> tuple[ServedModel, ...]:
                 f"{where}: model_platform {entry.model_platform!r} is not served; "
                 "use 'tensorflow' or leave it out."
             )
-        path = _rules.base_path(entry.base_path, flag=where)
+        path = base_path(entry.base_path, flag=where)
         policy = entry.model_version_policy
         which = policy.WhichOneof("policy_choice")
         try:
@@ -456,3 +649,53 @@ def served_models(config: Any, source: str) -> tuple[ServedModel, ...]:
     if twice:
         raise ValueError(f"{source} names {twice} more than once.")
     return tuple(models)
+
+
+def factory_names(specs: Sequence[str], models: Sequence[str]) -> dict[str, str]:
+    """``{model: module:function}`` of the ``--model_factory`` values, for ``models``."""
+    targets: dict[str, str] = {}
+    for spec in specs:
+        name, sep, target = spec.rpartition("=")
+        if not sep:
+            if len(models) != 1:
+                raise ValueError(
+                    f"--model_factory {spec!r}: with several models, name the model "
+                    "(name=module:function)."
+                )
+            name = models[0]
+        if name not in models:
+            raise ValueError(
+                f"--model_factory {spec!r}: no served model is named {name!r}. "
+                f"Served: {sorted(models)}"
+            )
+        _flags.factory_target(target)
+        targets[name] = target
+    return targets
+
+
+def import_factory(target: str) -> Callable[[], Any]:
+    """The function ``module:function`` names, imported.
+
+    The module is found on ``sys.path`` as it stands: ``lifecycle serve``
+    appends the current directory to it, after the installed packages, so a
+    file there cannot shadow one of theirs. Importing runs the module's code.
+
+    Raises:
+        ValueError: ``target`` is malformed, or names nothing callable; the
+            message says which.
+    """
+    module_name, attribute = _flags.factory_target(target)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(
+            f"--model_factory {target!r}: cannot import {module_name!r}: {error}"
+        ) from None
+    function: Any = module
+    for part in attribute.split("."):
+        function = getattr(function, part, None)
+    if not callable(function):
+        raise ValueError(
+            f"--model_factory {target!r}: {module_name!r} has no function {attribute!r}."
+        )
+    return function

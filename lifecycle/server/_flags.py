@@ -13,8 +13,13 @@ default, help and check. From it, :data:`FLAGS` (a
 * docs/serving.md's table of flags is ``docs_table``'s output, which a test
   compares (tests/test_flags.py).
 
-Like the config, this module imports no TensorFlow: ``lifecycle serve`` builds
-its config first, and refuses a bad flag at once.
+What concerns one flag's value alone is here too: the checks and parsers of a
+single flag (:func:`check_header`, :func:`swap_policy`, :func:`control_mode`,
+:func:`parse_route`, :func:`factory_target`) and the facts its declaration shows
+(:data:`ADMIN_TOKEN_ENV`, :data:`REPOSITORY_POLL_SECS`...). The rules between
+flags, and what they name on disk, are the config's (``_config``), which imports
+this module. Like the config, this module imports no TensorFlow: ``lifecycle
+serve`` builds its config first, and refuses a bad flag at once.
 """
 
 import functools
@@ -26,9 +31,9 @@ from typing import Any
 
 import attrs
 
-from .._core._checks import check_number
+from .._core._checks import check_number, invalid
 from .._core._flag import Check, Flag
-from . import _rules
+from .._core._policies import SwapPolicy
 
 #: The key of a :class:`Flags` field's ``metadata`` that holds the rest of its declaration.
 _DECLARED = "lifecycle.declared"
@@ -49,6 +54,80 @@ def _number(**rule: Any) -> Check:
 
 _PORT = _number(integer=True, maximum=65535, what="a port number, 0-65535")
 _THREADS = _number(integer=True)
+
+
+# -- one flag's value -----------------------------------------------------------------
+
+#: Where the admin token is read when ``--admin_token`` is not given: a secret
+#: on a command line is visible to every user of the machine (``ps``).
+ADMIN_TOKEN_ENV = "LIFECYCLE_ADMIN_TOKEN"
+# An HTTP header name (RFC 9110 token characters).
+_HEADER_CHARS = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-.^_`|~"
+)
+#: Triton's model control modes (``--model_control_mode``).
+CONTROL_MODES = ("none", "poll", "explicit")
+#: Triton's default ``--repository_poll_secs``.
+REPOSITORY_POLL_SECS = 15.0
+#: The server's ``--loader_foreground_bytes``: versions of at most this many bytes on
+#: disk load in the foreground. Keras's ``model.export()`` writes each variable twice,
+#: so this is about 20 MiB of weights (docs/benchmarks.md, "Swap to first response").
+LOADER_FOREGROUND_BYTES = 40 * 2**20
+
+
+def check_header(value: object, flag: str, field: str | None = None) -> str:
+    """An HTTP header name (``--sticky_key_header``)."""
+    if not isinstance(value, str) or not value or not set(value) <= _HEADER_CHARS:
+        raise invalid(flag, "an HTTP header name", value, field=field)
+    return value
+
+
+def swap_policy(value: object, flag: str = "--swap_policy") -> SwapPolicy:
+    """The registry's ``SwapPolicy`` that ``--swap_policy`` (either case) or a policy names."""
+    value = getattr(value, "value", value)  # a SwapPolicy
+    names = [policy.value for policy in SwapPolicy]
+    if isinstance(value, str) and value.lower() in names:
+        return SwapPolicy(value.lower())
+    raise invalid(flag, f"one of {names}", value)
+
+
+def control_mode(value: object, flag: str = "--model_control_mode") -> str:
+    """The ``--model_control_mode`` value, lower case (Triton accepts either case)."""
+    if value is None:  # not given: Triton's default
+        return "none"
+    if isinstance(value, str) and value.lower() in CONTROL_MODES:
+        return value.lower()
+    raise invalid(flag, f"one of {list(CONTROL_MODES)} (Triton's modes)", value)
+
+
+def parse_route(spec: str) -> tuple[str, dict[str | int, float]]:
+    """``(model, {target: weight})`` of a ``--route`` value such as ``risk=stable:90,canary:10``."""
+    usage = f"--route takes name=target:weight,target:weight... Received: {spec!r}"
+    name, sep, targets = spec.partition("=")
+    if not sep or not name.strip() or not targets:
+        raise ValueError(usage)
+    weights: dict[str | int, float] = {}
+    for part in targets.split(","):
+        target, sep, weight = part.strip().rpartition(":")
+        if not sep or not target:
+            raise ValueError(usage)
+        try:
+            value = float(weight)
+        except ValueError:
+            raise ValueError(f"{usage} ({weight!r} is not a number)") from None
+        weights[int(target) if target.isdigit() else target] = value
+    return name.strip(), weights
+
+
+def factory_target(target: str) -> tuple[str, str]:
+    """``(module, function)`` of a ``--model_factory`` ``module:function``."""
+    module, sep, function = target.partition(":")
+    if not sep or not module or not function:
+        raise ValueError(f"--model_factory takes module:function. Received: {target!r}")
+    return module, function
+
+
+# -- the flags ------------------------------------------------------------------------
 
 
 @attrs.frozen(kw_only=True)
@@ -94,7 +173,7 @@ class Flags:
         "repository `load`/`unload`; `poll` too, and rescans the repository every "
         "`--repository_poll_secs`; `explicit` loads `--load_model` at start-up, then models "
         "by name",
-        _rules.control_mode,
+        control_mode,
         shown_default="`none`",
         aliases=("--model-control-mode",),
     )
@@ -109,7 +188,7 @@ class Flags:
         None,
         "with `poll`: rescan the repository this often, in seconds",
         _number(optional=True),
-        shown_default=f"{_rules.REPOSITORY_POLL_SECS:g}",
+        shown_default=f"{REPOSITORY_POLL_SECS:g}",
         aliases=("--repository-poll-secs",),
     )
     host: str = _flag(
@@ -176,8 +255,8 @@ class Flags:
     admin_token: str | None = _flag(
         None,
         "the bearer token of admin calls and repository `load`/`unload`, better set in the "
-        f"`{_rules.ADMIN_TOKEN_ENV}` environment variable; needed with a `--host` beyond loopback",
-        shown_default=f"`${_rules.ADMIN_TOKEN_ENV}`",
+        f"`{ADMIN_TOKEN_ENV}` environment variable; needed with a `--host` beyond loopback",
+        shown_default=f"`${ADMIN_TOKEN_ENV}`",
     )
     admin_api: bool = _flag(
         True,
@@ -188,7 +267,7 @@ class Flags:
     sticky_key_header: str = _flag(
         "X-Lifecycle-Key",
         "the request header holding a request's sticky routing key",
-        _rules.check_header,
+        check_header,
     )
     access_log: bool = _flag(
         False,
@@ -197,7 +276,7 @@ class Flags:
         "once full)",
     )
     loader_foreground_bytes: int = _flag(
-        _rules.LOADER_FOREGROUND_BYTES,
+        LOADER_FOREGROUND_BYTES,
         "versions of at most this many bytes on disk (a SavedModel's variables, which Keras's "
         "`model.export()` writes twice, so about 20 MiB of weights; a `.keras` archive's "
         "weights; read before the load) load in the foreground, unpaced and at normal "
@@ -206,7 +285,7 @@ class Flags:
         "([why](registry.md#a-serving-process-memory-and-latency-across-many-swaps); "
         "[benchmark](benchmarks.md#swap-to-first-response)); 0: every load in the background",
         _number(integer=True),
-        shown_default=f"40 MiB ({_rules.LOADER_FOREGROUND_BYTES})",
+        shown_default=f"40 MiB ({LOADER_FOREGROUND_BYTES})",
     )
     model_factory: Sequence[str] = _flag(
         (),
@@ -221,7 +300,7 @@ class Flags:
         "`availability_preserving`: a new version loads before the old one goes; "
         "`resource_preserving`: after, so memory never holds both "
         "([swap policies](registry.md#budget-and-swap-policies))",
-        _rules.swap_policy,
+        swap_policy,
     )
     route: Sequence[str] = _flag(
         (),
