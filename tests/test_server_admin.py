@@ -7,6 +7,7 @@ Serving's REST API over plain HTTP, KServe's v2 protocol with tritonclient.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import shutil
 import socket
@@ -932,6 +933,33 @@ def test_a_full_batch_queue_is_503_unavailable_on_every_protocol():
         "UNAVAILABLE",
         "UNAVAILABLE",
     )
+
+
+def test_a_grpc_overload_refusal_is_not_logged_as_a_failure_but_an_error_is(caplog):
+    from lifecycle.server._errors import grpc_answered
+
+    class Context:
+        def abort(self, code, message):
+            raise grpc.RpcError(code, message)
+
+    def failing(error):
+        @grpc_answered
+        def Predict(request, context):
+            raise error
+
+        return Predict
+
+    caplog.set_level(logging.INFO, logger="lifecycle.server")
+    with pytest.raises(grpc.RpcError) as refused:
+        failing(lc.QueueFullError("The batch queue is full."))(None, Context())
+    assert refused.value.args == (grpc.StatusCode.UNAVAILABLE, "The batch queue is full.")
+    assert caplog.records == []  # a flood of refusals would fill the log
+    with pytest.raises(grpc.RpcError) as failed:
+        failing(RuntimeError("boom"))(None, Context())
+    assert failed.value.args[0] is grpc.StatusCode.INTERNAL
+    assert [(r.getMessage(), r.exc_info is not None) for r in caplog.records] == [
+        ("gRPC Predict failed", True)
+    ]
 
 
 def test_tensorflow_serving_parallelism_flags():

@@ -30,10 +30,10 @@ from starlette.routing import Route
 from .. import _tf
 from .._core import tune_allocator
 from .._registry import ModelRegistry
-from ..errors import LifecycleError, QueueFullError
+from ..errors import LifecycleError
 from ._admin import routes as admin_routes
 from ._config import ServerConfig
-from ._errors import ERRORS, ServerBusyError, error_status, wire_message
+from ._errors import ERRORS, OVERLOADED, error_status, wire_message
 from ._grpc_server import build_grpc_server
 from ._http import BodyReads, HttpLimits, blocking, json_response
 from ._service import ModelService
@@ -91,12 +91,12 @@ def build_app(
 
     async def wire_error(request: Request, error: Exception) -> Response:
         status = error_status(error)
-        if status.status >= 500 and not isinstance(error, _OVERLOADED):
+        if status.status >= 500 and not isinstance(error, OVERLOADED):
             _log.error("%s %s failed", request.method, request.url.path, exc_info=error)
         response = json_response({"error": wire_message(error)}, status.status)
         if status.status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
-        if isinstance(error, _OVERLOADED):
+        if isinstance(error, OVERLOADED):
             response.headers["Retry-After"] = "1"
         return response
 
@@ -128,11 +128,6 @@ def build_app(
     )
     app.state.body_reads = reads
     return app
-
-
-# Refusals of load beyond what the server takes: 503 with Retry-After, not logged
-# as failures (a flood of them would fill the log).
-_OVERLOADED = (ServerBusyError, QueueFullError)
 
 
 def _metrics_routes(registry: ModelRegistry) -> list[Route]:

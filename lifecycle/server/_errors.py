@@ -37,6 +37,7 @@ from ..errors import (
 
 __all__ = [
     "ERRORS",
+    "OVERLOADED",
     "AdminDisabledError",
     "BadRequestError",
     "ModelControlError",
@@ -125,6 +126,10 @@ ERRORS: tuple[tuple[type[BaseException], WireError], ...] = (
     (LifecycleError, WireError(503, "UNAVAILABLE")),
 )
 
+#: Refusals of load beyond what the server takes: 503 (REST adds ``Retry-After``),
+#: not logged as failures, on either transport: a flood of them would fill the log.
+OVERLOADED = (ServerBusyError, QueueFullError)
+
 _log = logging.getLogger("lifecycle.server")
 T = TypeVar("T")
 
@@ -145,7 +150,8 @@ def grpc_answered(method: Callable[..., T]) -> Callable[..., T]:
 
     The call ends with the code of the error's row of :data:`ERRORS` and its
     :func:`wire_message`. An error of status 500 or more is logged with its
-    traceback, naming the method, as the REST app logs it.
+    traceback, naming the method, as the REST app logs it (but an
+    :data:`OVERLOADED` refusal).
     """
 
     @functools.wraps(method)
@@ -154,7 +160,7 @@ def grpc_answered(method: Callable[..., T]) -> Callable[..., T]:
             return method(*args)
         except Exception as error:
             wire = error_status(error)
-            if wire.status >= 500:
+            if wire.status >= 500 and not isinstance(error, OVERLOADED):
                 _log.error("gRPC %s failed", method.__name__, exc_info=error)
             code, message = wire.grpc_code, wire_message(error)
         args[-1].abort(code, message)  # raises: the call ends here
