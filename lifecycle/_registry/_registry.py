@@ -870,7 +870,7 @@ class ModelRegistry:
                 repository.forget(name)
             if retire:
                 self._watcher.retire_all(name, watch)
-        watch.halt()
+        watch.polling.halt()
 
     # -- model repositories ----------------------------------------------------------
 
@@ -1017,7 +1017,7 @@ class ModelRegistry:
             UnknownModelError: ``path`` is not watched.
         """
         repository = self._repository(path)
-        repository.halt()  # outside the lock: a scan in progress needs it
+        repository.polling.halt()  # outside the lock: a scan in progress needs it
         with self._administering():
             self._repositories.pop(repository.path, None)
             for name in sorted(repository.members):
@@ -1106,7 +1106,7 @@ class ModelRegistry:
         """
         # Outside the lock: a scan in progress needs it.
         for repository in list(self._repositories.values()):
-            repository.halt()
+            repository.polling.halt()
         self._watcher.halt_all()
         with self._administering():
             if self._table.closed:

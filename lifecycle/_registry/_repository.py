@@ -13,10 +13,8 @@ repository; the models' own watches have none.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -25,7 +23,7 @@ from .._core._batcher import BatchingPolicy
 from .._core._model_dirs import repository_models
 from .._core._policies import VersionPolicy
 from ..errors import LifecycleError, UnknownModelError
-from ._watching import ScanReport, Watch, Watcher, start_polling
+from ._watching import Polling, ScanReport, Watch, Watcher
 
 __all__ = ["Repository", "RepositoryReport", "repository_models"]
 
@@ -97,11 +95,7 @@ class Repository:
     # Names skipped because watched elsewhere: each is logged once.
     clashes: set[str] = attrs.field(factory=set)
     last: RepositoryReport | None = None
-    last_error: str | None = None
-    stop: threading.Event = attrs.field(factory=threading.Event)
-    wake: threading.Event = attrs.field(factory=threading.Event)
-    thread: threading.Thread | None = None
-    notifier: threading.Thread | None = None
+    polling: Polling = attrs.field(factory=Polling)
 
     def scan(self, names: tuple[str, ...] = ()) -> RepositoryReport:
         """Bring the watched models in line with the repository's directories, then scan each.
@@ -177,7 +171,7 @@ class Repository:
             errors=tuple(errors),
             skipped=tuple(skipped),
         )
-        self.last_error = None
+        self.polling.last_error = None
         return self.last
 
     def _watch_of(self, name: str) -> Watch:
@@ -207,39 +201,15 @@ class Repository:
     def start_polling(self, scan: Callable[[], RepositoryReport]) -> None:
         """Call ``scan`` every ``poll_interval`` seconds, and on changes if notified."""
         base = os.path.basename(self.path)
-        self.thread, self.notifier = start_polling(
-            functools.partial(self._poll, scan),
-            f"lifecycle-repository-{base}",
-            notify=(f"the repository {self.path!r}", self.path) if self.notify else None,
+        self.polling.start(
+            scan,
+            self.poll_interval,
+            what=f"the repository {self.path!r}",
+            name=f"lifecycle-repository-{base}",
+            notify=self.path if self.notify else None,
             notifier_name=f"lifecycle-repository-notify-{base}",
-            stop=self.stop,
-            wake=self.wake,
             recursive=True,
         )
-
-    def halt(self) -> None:
-        """Stop the polling and notifying threads, if any, and wait for a scan in progress."""
-        self.stop.set()
-        self.wake.set()
-        for thread in (self.thread, self.notifier):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join()
-
-    def _poll(self, scan: Callable[[], RepositoryReport]) -> None:
-        while True:
-            self.wake.wait(self.poll_interval)  # None: only when woken
-            self.wake.clear()  # changes from now on wake the next round
-            if self.stop.is_set():
-                return
-            try:
-                scan()
-            except Exception as error:  # keep polling: the next scan may succeed
-                if self.stop.is_set():
-                    return  # unwatched or closed meanwhile
-                message = f"{type(error).__name__}: {error}"
-                if message != self.last_error:  # once, not at every interval
-                    _log.warning("Polling the repository %r failed: %s", self.path, message)
-                self.last_error = message
 
 
 def members_of(repositories: dict[str, Repository], name: str) -> Iterator[Repository]:

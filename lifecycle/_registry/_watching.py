@@ -127,6 +127,97 @@ class Failure:
 
 
 @attrs.define(eq=False)
+class Polling:
+    """The threads that keep one watched directory scanned: every interval, and on changes.
+
+    The polling thread scans every ``interval`` seconds (``None``: only when
+    woken); with ``notify``, a second thread wakes it at each change the
+    operating system reports (:func:`notify_changes`). A failed scan is
+    logged once per message, not at every interval, and polling goes on:
+    the next scan may succeed. One for each watch and each watched repository.
+    """
+
+    stop: threading.Event = attrs.field(factory=threading.Event)
+    # Set by a change the operating system reported, or by `halt`: scan (or stop) now.
+    wake: threading.Event = attrs.field(factory=threading.Event)
+    threads: tuple[threading.Thread, ...] = ()
+    # The last failed scan's message (each scan that succeeds clears it).
+    last_error: str | None = None
+
+    def start(
+        self,
+        scan: Callable[[], object],
+        interval: float | None,
+        *,
+        what: str,
+        name: str,
+        notify: str | None,
+        notifier_name: str,
+        recursive: bool,
+        ended: Callable[[Exception], bool] = lambda error: False,
+    ) -> None:
+        """Start the polling thread, and with ``notify`` the notifying one.
+
+        Args:
+            scan: One scan.
+            interval: Seconds between scans; ``None``: only when woken.
+            what: What is polled, for the log (``"'risk' under '/models/risk'"``).
+            name: The polling thread's name.
+            notify: The directory whose changes wake the polling thread;
+                ``None``: poll only.
+            notifier_name: The notifying thread's name.
+            recursive: Watch ``notify``'s whole tree.
+            ended: Whether a scan's error means the watch ended meanwhile
+                (unwatched, or the registry closed): the thread then ends.
+        """
+        poll = functools.partial(self._poll, scan, interval, what, ended)
+        threads = [threading.Thread(target=poll, name=name, daemon=True)]
+        if notify is not None:
+            threads.append(
+                threading.Thread(
+                    target=notify_changes,
+                    args=(what, notify, self.stop, self.wake),
+                    kwargs={"recursive": recursive},
+                    name=notifier_name,
+                    daemon=True,
+                )
+            )
+        self.threads = tuple(threads)
+        for thread in threads:
+            thread.start()
+
+    def halt(self) -> None:
+        """Stop the polling and notifying threads, if any, and wait for a scan in progress."""
+        self.stop.set()
+        self.wake.set()
+        for thread in self.threads:
+            if thread is not threading.current_thread():
+                thread.join()
+
+    def _poll(
+        self,
+        scan: Callable[[], object],
+        interval: float | None,
+        what: str,
+        ended: Callable[[Exception], bool],
+    ) -> None:
+        while True:
+            self.wake.wait(interval)  # None: only when woken
+            self.wake.clear()  # changes from now on wake the next round
+            if self.stop.is_set():
+                return
+            try:
+                scan()
+            except Exception as error:  # keep polling: the next scan may succeed
+                if self.stop.is_set() or ended(error):
+                    return  # unwatched or closed meanwhile
+                message = f"{type(error).__name__}: {error}"
+                if message != self.last_error:  # once, not at every interval
+                    _log.warning("Polling %s failed: %s", what, message)
+                self.last_error = message
+
+
+@attrs.define(eq=False)
 class Watch:
     """A watched base path of one model name."""
 
@@ -148,20 +239,7 @@ class Watch:
     # for a lack of room, the registry's loaded versions) stay the same.
     failures: dict[int, Failure] = attrs.field(factory=dict)
     last: ScanReport | None = None
-    last_error: str | None = None
-    stop: threading.Event = attrs.field(factory=threading.Event)
-    # Set by a change the operating system reported, or by `halt`: scan (or stop) now.
-    wake: threading.Event = attrs.field(factory=threading.Event)
-    thread: threading.Thread | None = None
-    notifier: threading.Thread | None = None
-
-    def halt(self) -> None:
-        """Stop the polling and notifying threads, if any, and wait for a scan in progress."""
-        self.stop.set()
-        self.wake.set()
-        for thread in (self.thread, self.notifier):
-            if thread is not None and thread is not threading.current_thread():
-                thread.join()
+    polling: Polling = attrs.field(factory=Polling)
 
 
 WATCHFILES_INSTALL = 'pip install "keras-lifecycle[serve]"'
@@ -182,45 +260,6 @@ def require_notifications() -> None:
         ) from error
 
 
-def start_polling(
-    poll: Callable[[], None],
-    name: str,
-    *,
-    notify: tuple[str, str] | None,
-    notifier_name: str,
-    stop: threading.Event,
-    wake: threading.Event,
-    recursive: bool,
-) -> tuple[threading.Thread, threading.Thread | None]:
-    """Start the daemon thread that runs ``poll``, and with ``notify`` the one that wakes it.
-
-    Args:
-        poll: The polling loop (it waits on ``wake``, ends once ``stop`` is set).
-        name: The polling thread's name.
-        notify: ``(what, path)`` for :func:`notify_changes`; ``None``: poll only.
-        notifier_name: The notifying thread's name.
-        stop: Ends both threads.
-        wake: Set by the notifier at each change.
-        recursive: Watch ``path``'s whole tree.
-
-    Returns:
-        The polling thread, and the notifying one (``None`` without ``notify``).
-    """
-    thread = threading.Thread(target=poll, name=name, daemon=True)
-    thread.start()
-    if notify is None:
-        return thread, None
-    notifier = threading.Thread(
-        target=notify_changes,
-        args=(*notify, stop, wake),
-        kwargs={"recursive": recursive},
-        name=notifier_name,
-        daemon=True,
-    )
-    notifier.start()
-    return thread, notifier
-
-
 def notify_changes(
     what: str, path: str, stop: threading.Event, wake: threading.Event, *, recursive: bool
 ) -> None:
@@ -234,7 +273,7 @@ def notify_changes(
     them), polling goes on alone.
 
     Args:
-        what: What is watched, for the warning (``"'risk'"``, ``"the repository"``).
+        what: What is watched, for the warning (``"'risk' under '/models/risk'"``).
         path: The directory.
         stop: Ends the notifications.
         wake: Set at each change.
@@ -256,9 +295,8 @@ def notify_changes(
     except Exception as error:  # the path vanished, say: polling still runs
         if not stop.is_set():
             _log.warning(
-                "Change notifications for %s under %r stopped (%s: %s); polling goes on.",
+                "Change notifications for %s stopped (%s: %s); polling goes on.",
                 what,
-                path,
                 type(error).__name__,
                 error,
             )
@@ -340,14 +378,15 @@ class Watcher:
         Scans run on a thread of their own; with ``watch.notify`` another
         thread wakes it when the operating system reports a change.
         """
-        watch.thread, watch.notifier = start_polling(
-            functools.partial(self._poll, name, watch),
-            f"lifecycle-watch-{self._registry}-{name}",
-            notify=(repr(name), watch.base) if watch.notify else None,
+        watch.polling.start(
+            functools.partial(self.scan, name),
+            watch.poll_interval,
+            what=f"{name!r} under {watch.base!r}",
+            name=f"lifecycle-watch-{self._registry}-{name}",
+            notify=watch.base if watch.notify else None,
             notifier_name=f"lifecycle-notify-{self._registry}-{name}",
-            stop=watch.stop,
-            wake=watch.wake,
             recursive=False,
+            ended=functools.partial(self._ended, name, watch),
         )
 
     def remove(self, name: str) -> Watch:
@@ -397,7 +436,7 @@ class Watcher:
     def halt_all(self) -> None:
         """Stop every polling thread, waiting for scans in progress."""
         for watch in list(self._watches.values()):
-            watch.halt()
+            watch.polling.halt()
 
     def clear(self) -> None:
         """Forget every watch."""
@@ -407,23 +446,11 @@ class Watcher:
     def __contains__(self, name: object) -> bool:
         return name in self._watches
 
-    def _poll(self, name: str, watch: Watch) -> None:
-        while True:
-            watch.wake.wait(watch.poll_interval)  # None: only when woken
-            watch.wake.clear()  # changes from now on wake the next round
-            if watch.stop.is_set():
-                return
-            try:
-                self.scan(name)
-            except Exception as error:  # keep polling: the next scan may succeed
-                if isinstance(error, (UnknownModelError, LifecycleError)) and (
-                    self._table.closed or self._watches.get(name) is not watch
-                ):
-                    return  # unwatched or closed meanwhile
-                message = f"{type(error).__name__}: {error}"
-                if message != watch.last_error:  # once, not at every interval
-                    _log.warning("Polling %r under %r failed: %s", name, watch.base, message)
-                watch.last_error = message
+    def _ended(self, name: str, watch: Watch, error: Exception) -> bool:
+        """Whether a polling scan's ``error`` says the watch ended meanwhile."""
+        return isinstance(error, (UnknownModelError, LifecycleError)) and (
+            self._table.closed or self._watches.get(name) is not watch
+        )
 
     def scan(self, name: str) -> ScanReport:
         """Bring ``name``'s loaded versions in line with its base path (see ``ModelRegistry.scan``).
@@ -523,7 +550,7 @@ class Watcher:
             held=tuple(sorted(held)),
             restored=tuple(sorted(v for _, v in comeback.back)) if comeback else (),
         )
-        watch.last_error = None
+        watch.polling.last_error = None
         return watch.last
 
     def _room(self) -> frozenset[tuple[str, int]]:
