@@ -292,13 +292,13 @@ def scans(monkeypatch) -> list[tuple]:
     from lifecycle.server import _config
 
     made: list[tuple] = []
-    scan = _config.startup_models
+    scan = _config.repository_startup_models
 
     def counted(*args):
         made.append(args)
         return scan(*args)
 
-    monkeypatch.setattr(_config, "startup_models", counted)
+    monkeypatch.setattr(_config, "repository_startup_models", counted)
     return made
 
 

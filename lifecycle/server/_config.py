@@ -249,7 +249,7 @@ class ServerConfig:
         twice = sorted({name for name in names if names.count(name) > 1})
         if twice:
             raise ValueError(f"--model_config_file names {twice} more than once.")
-        started = startup_models(
+        started = repository_startup_models(
             self.model_repository,
             self.model_control_mode,
             self.load_models,
@@ -398,7 +398,7 @@ class ServerConfig:
 # -- the rules between the fields -----------------------------------------------------
 
 
-def startup_models(
+def repository_startup_models(
     repository: str | None,
     mode: str,
     load_models: Sequence[str],
