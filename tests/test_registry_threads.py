@@ -77,6 +77,11 @@ with lc.ModelRegistry({options}) as registry:
         stop.set()
     for thread in threads:
         thread.join(60)
+    # A retired version is disposed on the registry's cleaner thread once its last
+    # lease returns: on a loaded machine that may trail the last request a little.
+    deadline = time.monotonic() + 30
+    while len(registry.status()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
     alive = [s.version for s in registry.status()]
 
 print(json.dumps({"requests": requests, "failures": failures,
